@@ -1,0 +1,70 @@
+"""Who is calling: the record DoorAuth leaves on the ASGI scope for the app behind it.
+
+This module is the contract between the auth middleware (``gateway.auth``) and the A2A
+layer (``gateway.door``): the middleware decides, the app only reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+#: The ASGI scope key under which DoorAuth stores the :class:`Caller` of a request.
+CALLER_SCOPE_KEY = "murmur.caller"
+#: The ASGI scope key under which DoorAuth stores the parsed JSON-RPC request object
+#: (a dict) when it read one, so the app need not parse the body a second time.
+RPC_SCOPE_KEY = "murmur.rpc"
+
+CredentialKind = Literal["operator", "bearer", "jwt", "member", "public"]
+Origin = Literal["operator", "peer", "client", "public"]
+Trust = Literal["trusted", "untrusted"]
+
+#: Every JSON-RPC method a door serves, plus the two HTTP routes that carry a method name.
+TASK_METHODS: frozenset[str] = frozenset(
+    {"SendMessage", "SendStreamingMessage", "GetTask", "CancelTask", "ListTasks",
+     "SubscribeToTask"}
+)
+OPERATOR_METHODS: frozenset[str] = TASK_METHODS | {
+    "murmur.WatchSession", "murmur.StopSession", "resources/files", "AgentCard",
+}
+#: Exactly the five scopes a formation token carries (the reference's table).
+FORMATION_SCOPES: frozenset[str] = frozenset(
+    {"SendMessage", "GetTask", "CancelTask", "ListTasks", "SubscribeToTask"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """A credential a door accepted.
+
+    ``name`` is what traces, errors and task ownership use: ``operator``, ``bearer:ci``,
+    ``jwt:corp``, ``member:planner`` or ``public``. ``member`` is the calling member's
+    roster name for a formation token, else ``None``.
+    """
+
+    kind: CredentialKind
+    name: str
+    scopes: frozenset[str]
+    member: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The credential of a request plus the origin and trust class derived from it."""
+
+    credential: Credential
+    origin: Origin
+    trust: Trust
+
+
+PUBLIC_CALLER = Caller(
+    credential=Credential(kind="public", name="public", scopes=OPERATOR_METHODS),
+    origin="public",
+    trust="untrusted",
+)
+
+
+def caller_of(scope: Any) -> Caller:
+    """The Caller DoorAuth recorded on ``scope``; a door without DoorAuth is public."""
+    caller = scope.get(CALLER_SCOPE_KEY)
+    return caller if isinstance(caller, Caller) else PUBLIC_CALLER
