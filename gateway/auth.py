@@ -1,13 +1,74 @@
-"""DoorAuth: STUB written by the lead so other modules can import the names.
-The auth helper replaces this whole file, keeping ``AuthPolicy`` and ``DoorAuth``'s
-signatures."""
+"""DoorAuth: the door's pure-ASGI auth middleware.
+
+At an authenticated door every HTTP and WebSocket request goes through these checks, in
+this order; the first failure answers and nothing after it is read (DESIGN.md section 6):
+
+1. ``401 unauthenticated``: no ``Authorization`` header (a token in the query string or a
+   cookie is never looked at);
+2. ``401 invalid_token``: not exactly ``Bearer <token>``, two headers, a token no
+   credential accepts, any ``mft1`` token that does not verify, is another formation's or
+   reaches a door in no formation, or any unexpected error while verifying;
+3. ``403 not_permitted``: a valid formation token issued for another member's door;
+4. the method is read: from the JSON-RPC body of ``POST /`` (bounded: ``413`` past
+   ``max_body``), from the path for the agent card and ``resources/files``;
+5. ``403 insufficient_scope``: a method outside the credential's scopes;
+6. ``403 peer_not_accepted``: a formation credential at a door that takes no peer tasks;
+7. ``421 misdirected_request``: a ``Host`` that is not a loopback name with the door's
+   port (DNS rebinding);
+8. a body that is not one JSON-RPC call gets its JSON-RPC error (``-32700`` malformed,
+   ``-32600`` a batch or no string ``method``) from here, never partly served.
+
+Then the ``Authorization`` and task origin/trust headers are removed, the
+:class:`gateway.caller.Caller` and the parsed JSON-RPC request are left on the scope, the
+body is replayed, and the app is called. A public door checks nothing. ``GET /healthz``
+needs no credential. docs/door-auth.md is the user's version of this text.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-Scope = dict[str, Any]
+from gateway.caller import (
+    CALLER_SCOPE_KEY,
+    OPERATOR_METHODS,
+    PUBLIC_CALLER,
+    RPC_SCOPE_KEY,
+    Caller,
+    Credential,
+)
+from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
+from gateway.tokens import MEMBER_NAME_RE, FormationVerifier, InvalidToken
+
+__all__ = ["MAX_CREDENTIAL_CHARS", "REFUSALS", "AuthPolicy", "DoorAuth", "Refusal", "loggable"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+logger = logging.getLogger("gateway.auth")
+
+#: Longest non-formation token tried against the door's credentials (JWTs included).
+MAX_CREDENTIAL_CHARS = 8192
+_FORMATION_PREFIX = "mft1."
+_BEARER = b"Bearer "
+_CARD_PATH = "/.well-known/agent-card.json"
+_FILES_PATH = "/resources/files"
+_HEALTH_PATH = "/healthz"
+_TRUST_HEADER = b"x-murmur-task-trust"
+#: Headers the app never sees: the credential, and origin/trust, which come only from it.
+_STRIPPED_HEADERS = frozenset({
+    b"authorization", b"x-murmur-task-origin", _TRUST_HEADER,
+    b"x_murmur_task_origin", b"x_murmur_task_trust",
+})
 
 
 @dataclass(frozen=True)
@@ -15,19 +76,509 @@ class AuthPolicy:
     """What a door accepts. ``authenticated=False`` is a public door that checks nothing."""
 
     authenticated: bool = False
-    operator: Any = None          # gateway.credentials.OperatorToken | None
-    bearers: tuple[Any, ...] = ()      # gateway.credentials.DeclaredBearer
-    jwt_issuers: tuple[Any, ...] = ()  # gateway.credentials.JwtIssuer
-    verifier: Any = None          # gateway.tokens.FormationVerifier | None (None: no formation)
-    member: str | None = None     # this door's roster name in its formation
+    operator: OperatorToken | None = None
+    bearers: tuple[DeclaredBearer, ...] = ()
+    jwt_issuers: tuple[JwtIssuer, ...] = ()
+    #: ``None``: a door in no formation, which refuses every ``mft1`` token.
+    verifier: FormationVerifier | None = None
+    #: This door's roster name; a formation token is valid here only when ``to`` is it.
+    member: str | None = None
     accept_peer_tasks: bool = False
     max_body: int = 1 << 20
 
+    def __post_init__(self) -> None:
+        if self.member is not None and (
+            not isinstance(self.member, str) or MEMBER_NAME_RE.fullmatch(self.member) is None
+        ):
+            raise ValueError(f"member must match {MEMBER_NAME_RE.pattern}, got {self.member!r}")
+        if self.verifier is not None and self.member is None:
+            raise ValueError("a door with a formation verifier needs its roster name (member=)")
+        if isinstance(self.max_body, bool) or not isinstance(self.max_body, int) or (
+            self.max_body < 1
+        ):
+            raise ValueError(f"max_body must be a positive number of bytes, got {self.max_body!r}")
+
+
+# -- the one table of refusals -----------------------------------------------------------
+
+_REALM = 'Bearer realm="murmur"'
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """How one refusal is answered. With ``rpc_code``: a JSON-RPC error in an HTTP 200."""
+
+    status: int
+    message: str
+    www_authenticate: str | None = None
+    rpc_code: int | None = None
+
+
+#: Every answer DoorAuth gives itself, by its ``error`` code.
+REFUSALS: dict[str, Refusal] = {
+    "unauthenticated": Refusal(
+        401, "This door needs a credential: send 'Authorization: Bearer <token>'.", _REALM),
+    "invalid_token": Refusal(
+        401, "The bearer token is not accepted at this door.",
+        f'{_REALM}, error="invalid_token"'),
+    "not_permitted": Refusal(
+        403, "Member {member} holds no formation token for this member's door."),
+    "insufficient_scope": Refusal(
+        403, "The credential {credential} may not call {method}.",
+        f'{_REALM}, error="insufficient_scope"'),
+    "peer_not_accepted": Refusal(
+        403, "This member takes no peer tasks (its manifest does not set "
+             "exports.peer_tasks.accept: true)."),
+    "payload_too_large": Refusal(
+        413, "The request body is larger than this door accepts ({limit} bytes)."),
+    "misdirected_request": Refusal(
+        421, "This door answers only to a loopback Host (127.0.0.1, localhost or [::1]) "
+             "with its own port."),
+    "parse_error": Refusal(
+        200, "Parse error: the body is not one UTF-8 JSON document.", rpc_code=-32700),
+    "batch_refused": Refusal(
+        200, "Invalid Request: a batch (JSON array) is not accepted; send one call per "
+             "request.", rpc_code=-32600),
+    "invalid_request": Refusal(
+        200, "Invalid Request: expected one JSON-RPC object with a string 'method'.",
+        rpc_code=-32600),
+}
+
+
+def _answer(code: str, **fields: str) -> tuple[int, Headers, bytes]:
+    """Status, headers and body of the refusal ``code`` (fields fill its message)."""
+    refusal = REFUSALS[code]
+    message = refusal.message.format(**fields) if fields else refusal.message
+    document: dict[str, Any]
+    if refusal.rpc_code is None:
+        document = {"error": code, "message": message}
+    else:
+        # JSON-RPC 2.0: the id of a request that could not be read is null.
+        document = {"jsonrpc": "2.0", "id": None,
+                    "error": {"code": refusal.rpc_code, "message": message}}
+    body = json.dumps(document, separators=(",", ":")).encode("utf-8")
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode("ascii")),
+               (b"cache-control", b"no-store")]
+    if refusal.www_authenticate is not None:
+        headers.append((b"www-authenticate", refusal.www_authenticate.encode("ascii")))
+    return refusal.status, headers, body
+
+
+# -- log hygiene -------------------------------------------------------------------------
+
+#: Control characters (C0, DEL, C1, line/paragraph separators) as visible escapes, so a
+#: request cannot forge log lines or drive a terminal (CRLF, ANSI escape sequences).
+_LOG_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
+_LOG_ESCAPES.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
+#: A long run of token characters in a request path is logged as [redacted]: a client
+#: that put its token in the URL must not find it in the door's log.
+_SECRETISH = re.compile(r"[A-Za-z0-9_\-+=.~]{24,}")
+_LOG_LIMIT = 200
+
+
+def loggable(text: str) -> str:
+    """``text`` taken from a request, made safe for one log line: redacted, escaped, bounded."""
+    text = _SECRETISH.sub("[redacted]", text[: _LOG_LIMIT * 4]).translate(_LOG_ESCAPES)
+    return text if len(text) <= _LOG_LIMIT else text[:_LOG_LIMIT] + "..."
+
+
+# -- reading a request -------------------------------------------------------------------
+
+
+class _NotPermitted(Exception):
+    """A valid formation token for another door; carries only the presenting member."""
+
+    def __init__(self, member: str) -> None:
+        super().__init__(member)
+        self.member = member
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _route_path(scope: Scope) -> str:
+    """The path the app routes on (Starlette's rule for ``root_path``), slashes collapsed
+    so that ``//resources//files/x`` is judged as the files route it may reach."""
+    path: str = scope["path"]
+    root = scope.get("root_path") or ""
+    if root and path.startswith(root) and path[len(root): len(root) + 1] in ("", "/"):
+        path = path[len(root):] or "/"
+    if "//" in path:
+        path = re.sub("/{2,}", "/", path)
+    return path
+
+
+def _content_length(value: bytes) -> int:
+    """A Content-Length value as a number; -1 when it is not one (the server judges it)."""
+    return int(value) if value.isdigit() and len(value) < 20 else -1
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The request body (``_BodyTooLarge`` past ``limit``); ``None`` if the client left."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge
+        if not message.get("more_body", False):
+            if not chunks:
+                return chunk
+            chunks.append(chunk)
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+#: The C scanner behind json.loads, called directly: for a GetTask-sized body json.loads
+#: spends more around the scan than in it.
+_scan_json: Callable[[str, int], tuple[Any, int]] = (
+    json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in JSONDecoder.__init__
+)
+_JSON_SPACE = " \t\n\r"
+
+
+def _parse_json(text: str) -> Any:
+    """What ``json.loads(text)`` returns, or ValueError."""
+    start = len(text) - len(text.lstrip(_JSON_SPACE)) if text[:1] in _JSON_SPACE else 0
+    try:
+        value, end = _scan_json(text, start)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if end != len(text) and text[end:].strip(_JSON_SPACE):
+        raise ValueError("more after the JSON document")
+    return value
+
+
+def _parse_rpc(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """The JSON-RPC request object (with a string method), or the refusal code."""
+    try:
+        document = _parse_json(body.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None, "parse_error"
+    if isinstance(document, list):
+        return None, "batch_refused"
+    if not isinstance(document, dict) or not isinstance(document.get("method"), str):
+        return None, "invalid_request"
+    return document, None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the app the body already read, then the client's messages
+    (so the app still learns of a disconnect)."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _without_stripped(headers: Headers) -> Headers:
+    for name, _ in headers:
+        if name in _STRIPPED_HEADERS:
+            return [h for h in headers if h[0] not in _STRIPPED_HEADERS]
+    return headers
+
+
+# -- Host (DNS rebinding) ----------------------------------------------------------------
+
+
+def _usual_hosts(port: int | None) -> frozenset[bytes]:
+    """The Host values clients send to a loopback door, for a set lookup per request."""
+    if port is None:
+        return frozenset()
+    names = [b"127.0.0.1", b"localhost", b"[::1]"]
+    hosts = {name + b":" + str(port).encode("ascii") for name in names}
+    if port == 80:
+        hosts.update(names)
+    return frozenset(hosts)
+
+
+def _loopback_host(host: bytes, port: int | None) -> bool:
+    """Whether a Host value is a loopback name (127.0.0.0/8, localhost, [::1]) with
+    ``port`` (absent: 80). ``port=None`` (a door on a UNIX socket): any port."""
+    try:
+        text = host.decode("ascii").lower()
+    except UnicodeDecodeError:
+        return False
+    if text.startswith("["):
+        name, bracket, port_part = text[1:].partition("]")
+        if not bracket:
+            return False
+    else:
+        name, colon, digits = text.partition(":")
+        port_part = colon + digits
+    if port_part:
+        digits = port_part[1:]
+        if port_part[0] != ":" or not digits.isdigit() or len(digits) > 5:
+            return False
+        given = int(digits)
+    else:
+        given = 80
+    if port is not None and given != port:
+        return False
+    if name == "localhost":
+        return not text.startswith("[")
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return address.is_loopback and (address.version == 6) == text.startswith("[")
+
+
+# -- the middleware ----------------------------------------------------------------------
+
 
 class DoorAuth:
-    def __init__(self, app: Any, policy: AuthPolicy) -> None:
+    """The door's auth middleware (pure ASGI). See the module text for the check order."""
+
+    def __init__(self, app: ASGIApp, policy: AuthPolicy) -> None:
         self.app = app
         self.policy = policy
+        self._operator = policy.operator
+        self._operator_caller = (
+            Caller(policy.operator.credential, "operator", "trusted")
+            if policy.operator is not None else None
+        )
+        self._bearers = tuple(
+            (bearer, Caller(bearer.credential, "client", "untrusted"))
+            for bearer in policy.bearers
+        )
+        self._issuers = tuple(
+            (issuer, Caller(issuer.credential, "client", "untrusted"))
+            for issuer in policy.jwt_issuers
+        )
+        self._member_callers: dict[tuple[str, bool], Caller] = {}
+        self._hosts_by_port: dict[int | None, frozenset[bytes]] = {}
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        await self.app(scope, receive, send)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind != "http" and kind != "websocket":
+            await self.app(scope, receive, send)  # lifespan and the like: untouched
+        elif self.policy.authenticated:
+            await self._guard(scope, receive, send)
+        else:
+            _hand_over(scope, _without_stripped(scope["headers"]), PUBLIC_CALLER, None)
+            await self.app(scope, receive, send)
+
+    async def _guard(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # One pass over the headers: note what the checks need, keep what the app may see.
+        authorization: bytes | None = None
+        authorizations = 0
+        host: bytes | None = None
+        hosts = 0
+        trust_value = b""
+        trust_headers = 0
+        content_length = b""
+        kept: Headers = []
+        for header in scope["headers"]:
+            name = header[0]
+            if name == b"authorization":
+                authorization = header[1]
+                authorizations += 1
+                continue
+            if name == b"host":
+                host = header[1]
+                hosts += 1
+            elif name == b"content-length":
+                content_length = header[1]
+            elif name in _STRIPPED_HEADERS:
+                if name == _TRUST_HEADER:
+                    trust_value = header[1]
+                    trust_headers += 1
+                continue
+            kept.append(header)
+        is_http = scope["type"] == "http"
+        path: str = scope["path"]
+        if scope.get("root_path") or "//" in path:
+            path = _route_path(scope)
+
+        if path == _HEALTH_PATH and is_http and scope["method"] in ("GET", "HEAD"):
+            _hand_over(scope, kept, None, None)  # names nothing: no credential, no Host
+            await self.app(scope, receive, send)
+            return
+
+        # 1-3: the credential (401), the formation token's door (403).
+        if authorization is None:
+            await self._refuse(scope, receive, send, "unauthenticated")
+            return
+        if authorizations != 1 or not authorization.startswith(_BEARER):
+            await self._refuse(scope, receive, send, "invalid_token", "not 'Bearer <token>'")
+            return
+        # Trusted only on exactly one trust header saying exactly "trusted".
+        trusted = trust_headers == 1 and trust_value == b"trusted"
+        try:
+            caller = self._authenticate(authorization[7:].decode("latin-1"), trusted)
+        except InvalidToken as refused:
+            await self._refuse(scope, receive, send, "invalid_token", str(refused))
+            return
+        except _NotPermitted as verdict:
+            await self._refuse(scope, receive, send, "not_permitted", member=verdict.member)
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure to verify is a refusal
+            # The class only: an exception's text could quote what it was handed.
+            logger.warning("door: credential check raised %s; answered 401 invalid_token",
+                           type(exc).__name__)
+            await self._refuse(scope, receive, send, "invalid_token", "verification error")
+            return
+
+        # 4: the method, read only now that the caller is known.
+        method: str | None = None
+        rpc: dict[str, Any] | None = None
+        rpc_refusal: str | None = None
+        body = b""
+        if is_http and scope["method"] == "POST" and not path.strip("/"):
+            max_body = self.policy.max_body
+            try:
+                if _content_length(content_length) > max_body:
+                    raise _BodyTooLarge
+                read = await _read_body(receive, max_body)
+            except _BodyTooLarge:
+                await self._refuse(scope, receive, send, "payload_too_large",
+                                   limit=str(max_body))
+                return
+            if read is None:
+                return  # the client is gone: nobody to answer
+            body = read
+            rpc, rpc_refusal = _parse_rpc(body)
+            if rpc is not None:
+                method = rpc["method"]
+        elif path == _CARD_PATH:
+            method = "AgentCard"
+        elif path == _FILES_PATH or path.startswith(_FILES_PATH + "/"):
+            method = "resources/files"
+
+        # 5-8: scope, peer tasks, Host, then a body that is not one call.
+        credential = caller.credential
+        if method is not None and not _allows(credential, method):
+            await self._refuse(scope, receive, send, "insufficient_scope",
+                               credential=credential.name, method=_method_label(method))
+            return
+        if credential.kind == "member" and not self.policy.accept_peer_tasks:
+            await self._refuse(scope, receive, send, "peer_not_accepted",
+                               credential=credential.name)
+            return
+        if hosts != 1 or host is None or not self._host_allowed(host, scope):
+            await self._refuse(scope, receive, send, "misdirected_request")
+            return
+        if rpc_refusal is not None:
+            await self._refuse(scope, receive, send, rpc_refusal)
+            return
+
+        _hand_over(scope, kept, caller, rpc)
+        await self.app(scope, receive if rpc is None else _replay(body, receive), send)
+
+    def _authenticate(self, token: str, trusted: bool) -> Caller:
+        """The Caller a token stands for; InvalidToken or _NotPermitted otherwise."""
+        if token.startswith(_FORMATION_PREFIX):
+            verifier = self.policy.verifier
+            if verifier is None:
+                raise InvalidToken("this door is in no formation")
+            claims = verifier.verify(token)
+            if claims.callee != self.policy.member:
+                raise _NotPermitted(claims.caller)
+            return self._member_caller(claims.caller, trusted)
+        if len(token) > MAX_CREDENTIAL_CHARS:
+            raise InvalidToken("token too long")
+        if self._operator_caller is not None and self._operator is not None and (
+            self._operator.matches(token)
+        ):
+            return self._operator_caller
+        for bearer, caller in self._bearers:
+            if bearer.matches(token):
+                return caller
+        if token.count(".") == 2:
+            for issuer, caller in self._issuers:
+                try:
+                    issuer.verify(token)
+                except InvalidToken:
+                    continue
+                return caller
+        raise InvalidToken("no credential of this door accepts the token")
+
+    def _member_caller(self, member: str, trusted: bool) -> Caller:
+        key = (member, trusted)
+        caller = self._member_callers.get(key)
+        if caller is None:
+            caller = Caller(member_credential(member), "peer",
+                            "trusted" if trusted else "untrusted")
+            if len(self._member_callers) < 4096:  # names come only from verified tokens
+                self._member_callers[key] = caller
+        return caller
+
+    def _host_allowed(self, host: bytes, scope: Scope) -> bool:
+        server = scope.get("server")
+        port: int | None = server[1] if server else None
+        usual = self._hosts_by_port.get(port)
+        if usual is None:
+            usual = _usual_hosts(port)
+            if len(self._hosts_by_port) < 64:
+                self._hosts_by_port[port] = usual
+        return host in usual or _loopback_host(host, port)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str,
+                      reason: str = "", **fields: str) -> None:
+        status, headers, body = _answer(code, **fields)
+        if logger.isEnabledFor(logging.INFO):
+            who = fields.get("credential") or fields.get("member")
+            logger.info(
+                "door refused %s %s: %d %s%s%s",
+                loggable(str(scope.get("method", "WEBSOCKET"))),
+                loggable(str(scope.get("path", ""))), status, code,
+                f" {who}" if who else "", f" ({reason})" if reason else "",
+            )
+        if scope["type"] == "websocket":
+            await _refuse_websocket(scope, receive, send, status, headers, body)
+            return
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _hand_over(scope: Scope, headers: Headers, caller: Caller | None,
+               rpc: dict[str, Any] | None) -> None:
+    """Leave on the scope what the app may read, and only that."""
+    scope["headers"] = headers
+    if caller is None:
+        scope.pop(CALLER_SCOPE_KEY, None)
+    else:
+        scope[CALLER_SCOPE_KEY] = caller
+    if rpc is None:
+        scope.pop(RPC_SCOPE_KEY, None)
+    else:
+        scope[RPC_SCOPE_KEY] = rpc
+
+
+def _allows(credential: Credential, method: str) -> bool:
+    # The operator may call anything (the app answers -32601 to an unknown name), and any
+    # accepted credential may read the agent card.
+    return credential.kind == "operator" or method == "AgentCard" or method in credential.scopes
+
+
+def _method_label(method: str) -> str:
+    """A method name fit to echo: known names as they are, anything else unnamed."""
+    return method if method in OPERATOR_METHODS else "this method"
+
+
+async def _refuse_websocket(scope: Scope, receive: Receive, send: Send, status: int,
+                            headers: Headers, body: bytes) -> None:
+    """Refuse a WebSocket before it is accepted: the HTTP answer where the server can send
+    one (the ``websocket.http.response`` extension), else a close with 1008 (policy)."""
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        await send({"type": "websocket.http.response.start", "status": status,
+                    "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008})

@@ -1,0 +1,87 @@
+"""``mur doctor`` (admit the project's roster and report it) and ``mur explain CODE``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from launcher.diagnostics import DiagnosticError, emit
+
+if TYPE_CHECKING:
+    from launcher.roster import AdmittedRoster
+
+
+def register(subparsers: Any) -> None:
+    doctor = subparsers.add_parser(
+        "doctor", help="admit the project's roster.yaml and report the result",
+        description="Admit roster.yaml as `mur run --roster` would, and report it: exit 0 "
+                    "when admitted (warnings included), 1 when refused.")
+    doctor.add_argument("--project", type=Path, default=Path("."), metavar="DIR",
+                        help="the roster's project directory (default: the current one)")
+    doctor.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout instead")
+    doctor.set_defaults(handler=_doctor)
+
+    explain = subparsers.add_parser(
+        "explain", help="explain a diagnostic code, such as E-ROS-004",
+        description="Print what a diagnostic code means and what fixes it; with no CODE, "
+                    "list every code.")
+    explain.add_argument("code", nargs="?", metavar="CODE")
+    explain.set_defaults(handler=_explain)
+
+
+def summary(admitted: AdmittedRoster) -> str:
+    """The one line ``mur doctor`` prints for an admitted roster."""
+    count = len(admitted.members)
+    edges = admitted.ordered_edges()
+    line = (f"admitted {admitted.project_dir / 'roster.yaml'}: {count} member"
+            f"{'s' if count != 1 else ''} (entry {admitted.entry.name}), {len(edges)} edge"
+            f"{'s' if len(edges) != 1 else ''}")
+    if edges:
+        line += ": " + ", ".join(f"{caller} -> {callee}" for caller, callee in edges)
+    return line
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from launcher.roster import admit
+
+    project: Path = args.project
+    if not project.is_dir():
+        print(f"mur doctor: --project {project} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        admitted = admit(project)
+    except DiagnosticError as refusal:
+        if args.json:
+            print(json.dumps({"admitted": False, "project_dir": str(project.resolve()),
+                              "error": refusal.diagnostic.to_json(), "warnings": []}))
+        else:
+            emit(refusal.diagnostic, sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(admitted.to_json()))
+        return 0
+    for warning in admitted.warnings:
+        emit(warning, sys.stderr)
+    print(summary(admitted))
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from launcher.diagnostics import TABLE, explain
+
+    if args.code is None:
+        for entry in TABLE:
+            print(f"{entry.code}  {entry.severity:<7}  {entry.title}")
+        return 0
+    try:
+        text = explain(args.code)
+    except KeyError:
+        print(f"mur explain: `{args.code}` is not a diagnostic code; `mur explain` lists every "
+              "code (they look like E-ROS-004)", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0

@@ -1,0 +1,207 @@
+"""``mur new``, ``mur pack``, ``mur install`` and ``mur lock``: making and storing capsules.
+
+Handlers import the store and the manifest model lazily: ``mur`` starts once per member.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from string import Template
+from typing import TYPE_CHECKING, Any
+
+from launcher.diagnostics import DiagnosticError, emit
+
+if TYPE_CHECKING:
+    from launcher.store import InstalledArtifact
+
+#: The names of the two members ``mur new --roster`` writes.
+ENTRY_MEMBER = "planner"
+WORKER_MEMBER = "worker"
+VERSION = "0.1.0"
+
+
+def register(subparsers: Any) -> None:
+    new = subparsers.add_parser(
+        "new", help="write a capsule source directory, or a two-member roster",
+        description="Write a capsule source directory (murmur.yaml and a Python agent). With "
+                    "--roster, write a roster.yaml with two members, an entry member that may "
+                    "call a worker, with a source directory for each, and pack and install "
+                    "both into DIR's project store, so that `mur doctor` in DIR admits it.")
+    new.add_argument("directory", type=Path, metavar="DIR")
+    new.add_argument("--roster", action="store_true",
+                     help="write a two-member roster instead of one capsule")
+    new.add_argument("--name", help="the capsule's name (default: from DIR's name)")
+    new.set_defaults(handler=_new)
+
+    pack = subparsers.add_parser(
+        "pack", help="pack a capsule source directory into NAME-VERSION.mur.zip",
+        description="Pack DIR (a capsule source directory) into a reproducible .mur.zip: the "
+                    "same source always gives the same sha256. .murmur/, __pycache__/ and "
+                    ".git/ are left out.")
+    pack.add_argument("directory", type=Path, metavar="DIR")
+    pack.add_argument("-o", "--output", type=Path, metavar="FILE",
+                      help="where to write it (default: ./NAME-VERSION.mur.zip)")
+    pack.set_defaults(handler=_pack)
+
+    install = subparsers.add_parser(
+        "install", help="install a .mur.zip into the project store (or --global)",
+        description="Install FILE as local/NAME at its version into the project store "
+                    "(PROJECT/.murmur/artifacts) or, with --global, into "
+                    "$MURMUR_HOME/artifacts.")
+    install.add_argument("file", type=Path, metavar="FILE")
+    install.add_argument("--global", dest="to_global", action="store_true",
+                         help="install into the global store, for every project")
+    install.add_argument("--force", action="store_true",
+                         help="replace an installed artifact of the same version with "
+                              "other bytes")
+    install.add_argument("--project", type=Path, default=Path("."), metavar="DIR",
+                         help="the project (default: the current directory)")
+    install.set_defaults(handler=_install)
+
+    lock = subparsers.add_parser(
+        "lock", help="pin what the roster's members resolve to in murmur.lock",
+        description="Resolve every member of the project's roster.yaml (project store, then "
+                    "global store) and write murmur.lock pinning each capsule to that version "
+                    "and sha256.")
+    lock.add_argument("--project", type=Path, default=Path("."), metavar="DIR",
+                      help="the project (default: the current directory)")
+    lock.set_defaults(handler=_lock)
+
+
+# --- mur new -----------------------------------------------------------------------------
+
+def _template(*parts: str) -> Template:
+    from importlib.resources import files
+
+    return Template(files("launcher").joinpath("templates", *parts).read_text(encoding="utf-8"))
+
+
+def capsule_name_for(directory: Path) -> str:
+    """A valid capsule name made from a directory's name (``My_Agent`` → ``my-agent``)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", directory.resolve().name.lower()).strip("-")
+    name = re.sub(r"^[^a-z]+", "", name)[:32].rstrip("-")
+    return name or "capsule"
+
+
+def _module_for(name: str) -> str:
+    return f"{name.replace('-', '_')}_agent"
+
+
+def _refuse_existing(paths: list[Path], code: str) -> None:
+    for path in paths:
+        if path.exists():
+            raise DiagnosticError(code, str(path), target=path)
+
+
+def write_capsule_source(directory: Path, name: str, template: str = "capsule",
+                         **values: str) -> Path:
+    """Write ``murmur.yaml`` and the agent module of capsule ``name`` into ``directory``."""
+    module = _module_for(name)
+    files = {directory / "murmur.yaml": _template(template, "murmur.yaml.tmpl"),
+             directory / f"{module}.py": _template(template, "agent.py.tmpl")}
+    _refuse_existing(list(files), "E-MAN-005")
+    directory.mkdir(parents=True, exist_ok=True)
+    for path, text in files.items():
+        path.write_text(text.substitute(name=name, module=module, **values), encoding="utf-8")
+    return directory
+
+
+def write_roster_project(directory: Path) -> list[InstalledArtifact]:
+    """Write the two-member roster and its sources, then pack and install both members
+    into ``directory``'s project store. Returns the installed artifacts."""
+    import tempfile
+
+    from launcher.store import install, pack
+
+    names = {"entry": ENTRY_MEMBER, "worker": WORKER_MEMBER}
+    _refuse_existing([directory / "roster.yaml", directory / ENTRY_MEMBER,
+                      directory / WORKER_MEMBER], "E-ROS-009")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "roster.yaml").write_text(
+        _template("roster", "roster.yaml.tmpl").substitute(names), encoding="utf-8")
+    installed = []
+    with tempfile.TemporaryDirectory(prefix="mur-new-") as build:
+        for role, member in (("entry", ENTRY_MEMBER), ("worker", WORKER_MEMBER)):
+            source = write_capsule_source(directory / member, member, f"roster/{role}",
+                                          **names)
+            packed = pack(source, Path(build) / f"{member}-{VERSION}.mur.zip")
+            installed.append(install(packed.path, directory)[0])
+    return installed
+
+
+def _new(args: argparse.Namespace) -> int:
+    directory: Path = args.directory
+    try:
+        if args.roster:
+            installed = write_roster_project(directory)
+            pinned = ", ".join(f"{item.capsule} {item.version}" for item in installed)
+            print(f"wrote {directory / 'roster.yaml'} with members {ENTRY_MEMBER} (entry) and "
+                  f"{WORKER_MEMBER}, and installed {pinned} into its project store.\n"
+                  f"next: cd {directory} && mur doctor && mur run --roster --task hello")
+            return 0
+        name = args.name or capsule_name_for(directory)
+        from launcher.manifest import name_problem
+
+        problem = name_problem(name)
+        if problem is not None:
+            print(f"mur new: --name {problem}", file=sys.stderr)
+            return 2
+        write_capsule_source(directory, name)
+    except DiagnosticError as refusal:
+        emit(refusal.diagnostic, sys.stderr)
+        return 1
+    print(f"wrote the capsule {name} in {directory}.\n"
+          f"next: mur pack {directory} && mur install {name}-{VERSION}.mur.zip")
+    return 0
+
+
+# --- mur pack, mur install, mur lock -----------------------------------------------------
+
+def _pack(args: argparse.Namespace) -> int:
+    from launcher.store import pack
+
+    try:
+        packed = pack(args.directory, args.output)
+    except DiagnosticError as refusal:
+        emit(refusal.diagnostic, sys.stderr)
+        return 1
+    print(f"packed {packed.manifest.name} {packed.manifest.version} into {packed.path} "
+          f"(sha256 {packed.sha256})")
+    return 0
+
+
+def _install(args: argparse.Namespace) -> int:
+    from launcher.store import install
+
+    if not args.project.is_dir():
+        print(f"mur install: --project {args.project} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        installed, changed = install(args.file, args.project, to_global=args.to_global,
+                                     force=args.force)
+    except DiagnosticError as refusal:
+        emit(refusal.diagnostic, sys.stderr)
+        return 1
+    done = "installed" if changed else "already installed:"
+    print(f"{done} {installed.capsule} {installed.version} in the {installed.store} store "
+          f"({installed.path}, sha256 {installed.sha256})")
+    return 0
+
+
+def _lock(args: argparse.Namespace) -> int:
+    from launcher.roster import lock_roster
+
+    if not args.project.is_dir():
+        print(f"mur lock: --project {args.project} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        path, pins = lock_roster(args.project)
+    except DiagnosticError as refusal:
+        emit(refusal.diagnostic, sys.stderr)
+        return 1
+    pinned = ", ".join(f"{capsule} {pin.version}" for capsule, pin in sorted(pins.items()))
+    print(f"pinned {len(pins)} capsule{'s' if len(pins) != 1 else ''} in {path}: {pinned}")
+    return 0
