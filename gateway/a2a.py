@@ -1,0 +1,326 @@
+"""A2A 1.0 wire types: pydantic models with camelCase names on the wire.
+
+The models follow ``specification/a2a.proto`` of the A2A 1.0 release as ProtoJSON writes
+it: camelCase field names, enums as their proto names (``TASK_STATE_COMPLETED``,
+``ROLE_USER``), ``bytes`` as base64, unknown fields ignored (spec section 5.7).
+
+They are used to *validate* what arrives on the wire. What the door sends is built as
+plain dicts in that same shape (see :mod:`gateway.tasks`), because ``json.dumps`` of a
+dict is the cheapest way to answer; :meth:`WireModel.wire` gives the dict of a model.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+PROTOCOL_VERSION = "1.0"
+PROTOCOL_BINDING = "JSONRPC"
+#: The A2A extension that names the member, its session and its formation on the card.
+SESSION_EXTENSION_URI = "urn:murmur:session:v1"
+
+
+class TaskState(StrEnum):
+    """``TaskState`` of the proto, by its ProtoJSON name."""
+
+    UNSPECIFIED = "TASK_STATE_UNSPECIFIED"
+    SUBMITTED = "TASK_STATE_SUBMITTED"
+    WORKING = "TASK_STATE_WORKING"
+    COMPLETED = "TASK_STATE_COMPLETED"
+    FAILED = "TASK_STATE_FAILED"
+    CANCELED = "TASK_STATE_CANCELED"
+    INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
+    REJECTED = "TASK_STATE_REJECTED"
+    AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
+
+
+#: The proto's enum numbers, which ProtoJSON also accepts on input.
+TASK_STATE_NUMBERS: dict[int, TaskState] = dict(enumerate(TaskState))
+TERMINAL_STATES: frozenset[str] = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
+)
+INTERRUPTED_STATES: frozenset[str] = frozenset(
+    {TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED}
+)
+
+
+class Role(StrEnum):
+    UNSPECIFIED = "ROLE_UNSPECIFIED"
+    USER = "ROLE_USER"
+    AGENT = "ROLE_AGENT"
+
+
+ROLE_NUMBERS: dict[int, Role] = dict(enumerate(Role))
+
+
+def parse_task_state(value: object) -> TaskState:
+    """A TaskState from its ProtoJSON name or number; ValueError names what is accepted."""
+    if isinstance(value, bool):
+        raise ValueError("expected a TASK_STATE_* name")
+    if isinstance(value, int) and value in TASK_STATE_NUMBERS:
+        return TASK_STATE_NUMBERS[value]
+    if isinstance(value, str):
+        try:
+            return TaskState(value)
+        except ValueError:
+            pass
+    names = ", ".join(state.value for state in TaskState)
+    raise ValueError(f"{value!r} is not a task state; use one of {names}")
+
+
+class WireModel(BaseModel):
+    """Base of every wire type: camelCase aliases, Python names accepted too."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The ProtoJSON dict of this model: camelCase, only the fields that were set."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+JsonObject = dict[str, Any]
+
+# --- content -----------------------------------------------------------------------
+
+_PART_CONTENT = ("text", "raw", "url", "data")
+
+
+class Part(WireModel):
+    """One piece of content: exactly one of ``text``, ``raw`` (bytes), ``url``, ``data``.
+
+    ``raw`` is carried as standard base64 text, as ProtoJSON writes ``bytes``; Python code
+    may pass ``bytes`` and they are encoded.
+    """
+
+    text: str | None = None
+    raw: str | None = None
+    url: str | None = None
+    data: Any = None
+    metadata: JsonObject | None = None
+    filename: str | None = None
+    media_type: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exactly_one_content(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        present = [key for key in _PART_CONTENT if key in value]
+        if len(present) != 1:
+            found = ", ".join(present) if present else "none"
+            raise ValueError(
+                f"a part carries exactly one of text, raw, url or data (found: {found})"
+            )
+        return value
+
+    @field_validator("raw", mode="before")
+    @classmethod
+    def _raw_is_base64(cls, value: Any) -> Any:
+        if isinstance(value, bytes | bytearray | memoryview):
+            return base64.b64encode(bytes(value)).decode("ascii")
+        if isinstance(value, str):
+            try:
+                base64.b64decode(value.replace("-", "+").replace("_", "/") + "===")
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError("raw must be base64 text") from exc
+        return value
+
+    def raw_bytes(self) -> bytes | None:
+        """The decoded ``raw`` content, or None for other kinds of part."""
+        if self.raw is None:
+            return None
+        return base64.b64decode(self.raw.replace("-", "+").replace("_", "/") + "===")
+
+
+def _role_value(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and value in ROLE_NUMBERS:
+        return ROLE_NUMBERS[value]
+    return value
+
+
+class Message(WireModel):
+    message_id: str = Field(min_length=1)
+    context_id: str | None = None
+    task_id: str | None = None
+    role: Role
+    parts: list[Part] = Field(min_length=1)
+    metadata: JsonObject | None = None
+    extensions: list[str] | None = None
+    reference_task_ids: list[str] | None = None
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, value: Any) -> Any:
+        return _role_value(value)
+
+    @field_validator("role")
+    @classmethod
+    def _role_is_set(cls, value: Role) -> Role:
+        if value is Role.UNSPECIFIED:
+            raise ValueError("role must be ROLE_USER or ROLE_AGENT")
+        return value
+
+
+class Artifact(WireModel):
+    artifact_id: str = Field(min_length=1)
+    name: str | None = None
+    description: str | None = None
+    parts: list[Part] = Field(min_length=1)
+    metadata: JsonObject | None = None
+    extensions: list[str] | None = None
+
+
+class TaskStatus(WireModel):
+    state: TaskState
+    message: Message | None = None
+    timestamp: str | None = None
+
+
+class Task(WireModel):
+    id: str
+    context_id: str | None = None
+    status: TaskStatus
+    artifacts: list[Artifact] | None = None
+    history: list[Message] | None = None
+    metadata: JsonObject | None = None
+
+
+class TaskStatusUpdateEvent(WireModel):
+    task_id: str
+    context_id: str
+    status: TaskStatus
+    metadata: JsonObject | None = None
+
+
+class TaskArtifactUpdateEvent(WireModel):
+    task_id: str
+    context_id: str
+    artifact: Artifact
+    append: bool | None = None
+    last_chunk: bool | None = None
+    metadata: JsonObject | None = None
+
+
+# --- requests ----------------------------------------------------------------------
+
+class SendMessageConfiguration(WireModel):
+    accepted_output_modes: list[str] | None = None
+    task_push_notification_config: JsonObject | None = None
+    history_length: int | None = Field(default=None, ge=0)
+    return_immediately: bool = False
+
+
+class SendMessageRequest(WireModel):
+    tenant: str | None = None
+    message: Message
+    configuration: SendMessageConfiguration | None = None
+    metadata: JsonObject | None = None
+
+
+class GetTaskRequest(WireModel):
+    tenant: str | None = None
+    id: str = Field(min_length=1)
+    history_length: int | None = Field(default=None, ge=0)
+
+
+class CancelTaskRequest(WireModel):
+    tenant: str | None = None
+    id: str = Field(min_length=1)
+    metadata: JsonObject | None = None
+
+
+class SubscribeToTaskRequest(WireModel):
+    tenant: str | None = None
+    id: str = Field(min_length=1)
+
+
+class ListTasksRequest(WireModel):
+    tenant: str | None = None
+    context_id: str | None = None
+    status: TaskState | None = None
+    page_size: int | None = Field(default=None, ge=1, le=100)
+    page_token: str | None = None
+    history_length: int | None = Field(default=None, ge=0)
+    status_timestamp_after: str | None = None
+    include_artifacts: bool = False
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _status(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        state = parse_task_state(value)
+        return None if state is TaskState.UNSPECIFIED else state
+
+
+# --- agent card --------------------------------------------------------------------
+
+
+class AgentInterface(WireModel):
+    url: str
+    protocol_binding: str = PROTOCOL_BINDING
+    tenant: str | None = None
+    protocol_version: str = PROTOCOL_VERSION
+
+
+class AgentExtension(WireModel):
+    uri: str
+    description: str | None = None
+    required: bool = False
+    params: JsonObject | None = None
+
+
+class AgentCapabilities(WireModel):
+    streaming: bool | None = None
+    push_notifications: bool | None = None
+    extensions: list[AgentExtension] | None = None
+    extended_agent_card: bool | None = None
+
+
+class AgentSkill(WireModel):
+    id: str
+    name: str
+    description: str
+    tags: list[str]
+    examples: list[str] | None = None
+    input_modes: list[str] | None = None
+    output_modes: list[str] | None = None
+
+
+class HTTPAuthSecurityScheme(WireModel):
+    description: str | None = None
+    scheme: str
+    bearer_format: str | None = None
+
+
+class SecurityScheme(WireModel):
+    http_auth_security_scheme: HTTPAuthSecurityScheme | None = None
+
+
+class StringList(WireModel):
+    values: list[str] = Field(alias="list")
+
+
+class SecurityRequirement(WireModel):
+    schemes: dict[str, StringList]
+
+
+class AgentCard(WireModel):
+    name: str
+    description: str
+    supported_interfaces: list[AgentInterface] = Field(min_length=1)
+    version: str
+    documentation_url: str | None = None
+    capabilities: AgentCapabilities
+    security_schemes: dict[str, SecurityScheme] | None = None
+    security_requirements: list[SecurityRequirement] | None = None
+    default_input_modes: list[str]
+    default_output_modes: list[str]
+    skills: list[AgentSkill]

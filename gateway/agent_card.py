@@ -1,0 +1,166 @@
+"""The door's agent card: built once (and again when the door learns its URL), served
+with ``Cache-Control``, ``ETag`` and ``Last-Modified``, ``304`` on a matching
+``If-None-Match``."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, replace
+from email.utils import formatdate, parsedate_to_datetime
+from typing import Any
+
+from gateway.a2a import (
+    PROTOCOL_BINDING,
+    PROTOCOL_VERSION,
+    SESSION_EXTENSION_URI,
+    AgentCard,
+)
+from gateway.http_io import Headers, Receive, Scope, Send, header, send_response
+from gateway.jsonrpc import dumps
+
+#: How long a client may reuse the card without asking again; the card of a door only
+#: changes when the door restarts (new session), and a revalidation costs one 304.
+CARD_CACHE_CONTROL = b"private, max-age=60"
+BEARER_SCHEME = "bearer"
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """One entry of the card's ``skills`` (the manifest's ``agent.skills``)."""
+
+    id: str
+    name: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CardInfo:
+    """What the card says about the member; the launcher fills it from the manifest."""
+
+    name: str
+    description: str
+    version: str
+    skills: tuple[Skill, ...] = ()
+    member: str | None = None
+    session_id: str | None = None
+    formation_id: str | None = None
+    #: The door's own URL; when it is only known after the socket is bound, leave it
+    #: empty and call ``Door.set_url`` before the door is announced.
+    door_url: str = ""
+    input_modes: tuple[str, ...] = ("text/plain",)
+    output_modes: tuple[str, ...] = ("text/plain",)
+
+
+def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
+    """The AgentCard dict (validated against the A2A model)."""
+    card: dict[str, Any] = {
+        "name": info.name,
+        "description": info.description,
+        "supportedInterfaces": [{
+            "url": info.door_url,
+            "protocolBinding": PROTOCOL_BINDING,
+            "protocolVersion": PROTOCOL_VERSION,
+        }],
+        "version": info.version,
+        "capabilities": {
+            "streaming": True,
+            "pushNotifications": False,
+            "extendedAgentCard": False,
+            "extensions": [{
+                "uri": SESSION_EXTENSION_URI,
+                "description": "The member's roster name, its session id and its formation id.",
+                "required": False,
+                "params": {
+                    "member": info.member,
+                    "sessionId": info.session_id,
+                    "formationId": info.formation_id,
+                },
+            }],
+        },
+        "defaultInputModes": list(info.input_modes),
+        "defaultOutputModes": list(info.output_modes),
+        "skills": [_skill(skill) for skill in info.skills],
+    }
+    if authenticated:
+        card["securitySchemes"] = {BEARER_SCHEME: {"httpAuthSecurityScheme": {
+            "scheme": "Bearer",
+            "description": "The session's operator token, a declared credential, "
+                           "or a formation token for this member.",
+        }}}
+        card["securityRequirements"] = [{"schemes": {BEARER_SCHEME: {"list": []}}}]
+    return AgentCard.model_validate(card).wire()
+
+
+def _skill(skill: Skill) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": skill.id, "name": skill.name,
+                             "description": skill.description, "tags": list(skill.tags)}
+    if skill.examples:
+        entry["examples"] = list(skill.examples)
+    return entry
+
+
+class CardRoute:
+    """``GET /.well-known/agent-card.json`` with HTTP caching."""
+
+    def __init__(self, info: CardInfo, *, authenticated: bool) -> None:
+        self._info = info
+        self._authenticated = authenticated
+        self._rebuild(info)
+
+    @property
+    def info(self) -> CardInfo:
+        return self._info
+
+    @property
+    def card(self) -> dict[str, Any]:
+        return self._card
+
+    def set_url(self, url: str) -> None:
+        """Put the door's URL on the card (a new ETag and Last-Modified)."""
+        self._rebuild(replace(self._info, door_url=url))
+
+    def _rebuild(self, info: CardInfo) -> None:
+        self._info = info
+        self._card = build_card(info, authenticated=self._authenticated)
+        self._body = dumps(self._card)
+        self._etag = b'"' + hashlib.sha256(self._body).hexdigest()[:32].encode("ascii") + b'"'
+        self._modified_seconds = int(time.time())
+        self._last_modified = formatdate(self._modified_seconds, usegmt=True).encode("ascii")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers: Headers = [
+            (b"cache-control", CARD_CACHE_CONTROL),
+            (b"etag", self._etag),
+            (b"last-modified", self._last_modified),
+        ]
+        if self._not_modified(scope):
+            await send({"type": "http.response.start", "status": 304, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        headers.append((b"content-type", b"application/json"))
+        await send_response(send, 200, self._body, headers, head=scope["method"] == "HEAD")
+
+    def _not_modified(self, scope: Scope) -> bool:
+        if_none_match = header(scope, b"if-none-match")
+        if if_none_match is not None:
+            return _etag_matches(if_none_match, self._etag)
+        if_modified_since = header(scope, b"if-modified-since")
+        if if_modified_since is not None:
+            try:
+                since = parsedate_to_datetime(if_modified_since.decode("latin-1"))
+            except (TypeError, ValueError):
+                return False
+            return int(since.timestamp()) >= self._modified_seconds
+        return False
+
+
+def _etag_matches(if_none_match: bytes, etag: bytes) -> bool:
+    """RFC 9110 weak comparison of an If-None-Match list against our tag."""
+    for candidate in if_none_match.split(b","):
+        candidate = candidate.strip()
+        if candidate == b"*" or candidate.removeprefix(b"W/") == etag:
+            return True
+    return False

@@ -1,0 +1,311 @@
+"""build_door(): one member's door, the A2A 1.0 JSON-RPC binding and its agent card
+behind the project's own DoorAuth.
+
+Routes (pure ASGI, matched on the path with runs of ``/`` collapsed, as DoorAuth reads it):
+
+* ``POST /`` (any all-slashes path): JSON-RPC, :mod:`gateway.rpc`;
+* ``GET /.well-known/agent-card.json``: the card, :mod:`gateway.agent_card`;
+* ``GET /resources/files/<path>``: a file under the session's ``out/`` (operator only);
+* ``GET /healthz``: ``200 ok``, naming nothing.
+
+The :class:`Door` it returns is what the member runtime drives: the ASGI ``app``, the
+task ``store``, the ``trace`` bus, ``stop_requested`` (``murmur.StopSession`` and
+``after_task: exit`` set it), the wind-down for SIGTERM, and in-process tasks for
+``mur run --task``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import mimetypes
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.agent_card import CardInfo, CardRoute
+from gateway.auth import AuthPolicy, DoorAuth
+from gateway.caller import Caller, caller_of
+from gateway.credentials import OPERATOR_CREDENTIAL
+from gateway.http_io import ASGIApp, Headers, Receive, Scope, Send, send_json, send_response
+from gateway.jsonrpc import dumps
+from gateway.rpc import RpcEndpoint
+from gateway.tasks import AgentFn, GateConfig, TaskListener, TaskStore, acts_as_operator, new_id
+from gateway.trace_bus import TraceBus
+
+log = logging.getLogger("murmur.door")
+
+CARD_PATH = "/.well-known/agent-card.json"
+HEALTH_PATH = "/healthz"
+FILES_PREFIX = "/resources/files/"
+FILE_CHUNK = 64 * 1024
+
+#: The caller of tasks the runtime submits itself (``mur run --task``): the operator.
+OPERATOR_CALLER = Caller(OPERATOR_CREDENTIAL, "operator", "trusted")
+
+
+@dataclass(frozen=True, slots=True)
+class DoorSettings:
+    """Everything the door needs to know, in the gateway's own terms (the launcher
+    adapts ``murmur.yaml`` and the session to it)."""
+
+    card: CardInfo
+    gate: GateConfig = field(default_factory=GateConfig)
+    #: The session's ``out/`` directory, served under ``/resources/files/``.
+    out_dir: Path | None = None
+    #: Ended tasks kept for GetTask/ListTasks; older ones are forgotten first.
+    max_finished_tasks: int = 10_000
+
+
+class Door:
+    """One member's door and the handles the member runtime needs on it."""
+
+    def __init__(self, agent: AgentFn, settings: DoorSettings, policy: AuthPolicy,
+                 trace: TraceBus) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.trace = trace
+        self.store = TaskStore(agent, settings.gate, trace,
+                               max_finished=settings.max_finished_tasks)
+        #: Set when the session should end: ``murmur.StopSession`` or ``after_task: exit``.
+        self.stop_requested = asyncio.Event()
+        self.stop_reason: str | None = None
+        self._stop_callbacks: list[Callable[[str], None]] = []
+        self.store.on_stop(self._stopping)
+        self._card = CardRoute(settings.card, authenticated=policy.authenticated)
+        self._rpc = RpcEndpoint(self.store, trace, max_body=policy.max_body,
+                                stop=self.request_stop)
+        self._out_root = (os.path.realpath(settings.out_dir)
+                          if settings.out_dir is not None else None)
+        #: The A2A app without DoorAuth (for benchmarks and tests that set the Caller).
+        self.inner_app: ASGIApp = _DoorApp(self)
+        #: The door as served: DoorAuth in front of the A2A app.
+        self.app: ASGIApp = DoorAuth(self.inner_app, policy)
+
+    # --- control ---------------------------------------------------------------------
+
+    @property
+    def card(self) -> dict[str, Any]:
+        """The agent card as served now."""
+        return self._card.card
+
+    def set_url(self, url: str) -> None:
+        """Name the door's own URL on its card, once the socket is bound."""
+        self._card.set_url(url)
+
+    def on_stop(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(reason)`` when the session is asked to stop (once)."""
+        self._stop_callbacks.append(callback)
+
+    def on_task_end(self, listener: TaskListener) -> None:
+        """Call ``listener(task)`` with each task's final Task dict."""
+        self.store.on_task_end(listener)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the session to stop: ``stop_requested`` is set, callbacks run."""
+        self.store.request_stop(reason)
+
+    def _stopping(self, reason: str) -> None:
+        self.stop_reason = reason
+        self.stop_requested.set()
+        for callback in self._stop_callbacks:
+            try:
+                callback(reason)
+            except Exception:  # one broken callback must not keep the others from running
+                log.exception("stop callback %r failed", callback)
+
+    def submit(self, text: str, *, caller: Caller = OPERATOR_CALLER) -> str:
+        """Put a task on this door in-process (``mur run --task``), through the gate like
+        any SendMessage; returns its id. ListTasks lists it and CancelTask reaches it.
+        Raises ``RpcError`` (``-32050``) when the gate refuses it. Call it in the loop."""
+        message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": text}]}
+        record = self.store.send(message, caller)
+        record.revealed = True
+        return record.id
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """The Task ``task_id`` as the operator sees it (``RpcError`` -32001 if unknown)."""
+        return self.store.visible(task_id, OPERATOR_CALLER).snapshot()
+
+    async def result(self, task_id: str) -> dict[str, Any]:
+        """Wait until task ``task_id`` ends and return its final Task dict."""
+        record = self.store.visible(task_id, OPERATOR_CALLER)
+        await self.store.settled(record, interrupted=False)
+        return record.snapshot()
+
+    def cancel(self, task_id: str, reason: str | None = None) -> None:
+        """Cancel task ``task_id`` as the operator would (``RpcError`` -32002 if ended)."""
+        self.store.cancel(self.store.visible(task_id, OPERATOR_CALLER), reason)
+
+    def close_gate(self) -> None:
+        """Take no new task from now on (``-32050`` to every new SendMessage)."""
+        self.store.close_gate()
+
+    def refuse_queued(self, reason: str = "the member is shutting down") -> int:
+        """End every waiting task TASK_STATE_REJECTED with ``reason``; how many."""
+        return self.store.refuse_queued(reason)
+
+    def cancel_all(self, reason: str = "the member is shutting down") -> int:
+        """Cancel every running task (TASK_STATE_CANCELED, its agent cancelled); how many."""
+        return self.store.cancel_running(reason)
+
+    def wind_down(self, reason: str = "the member is shutting down") -> tuple[int, int]:
+        """SIGTERM, lifeline or deadline: close the gate, refuse the queued tasks, cancel
+        the running ones. Returns (cancelled, refused)."""
+        self.close_gate()
+        refused = self.refuse_queued(reason)
+        return self.cancel_all(reason), refused
+
+    def close_streams(self) -> None:
+        """End every ``murmur.WatchSession`` stream (before the server shuts down, so no
+        open stream holds it); trace sinks keep receiving records."""
+        self.trace.close()
+
+    async def drained(self) -> None:
+        """Wait until no agent code runs any more (bound it with ``asyncio.wait_for``)."""
+        await self.store.drained()
+
+    # --- routing -----------------------------------------------------------------------
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if kind != "http":
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        path = _route_path(scope)
+        method = scope["method"]
+        if path.strip("/") == "":
+            if method == "POST":
+                await self._rpc(scope, receive, send)
+            else:
+                await _not_allowed(send, b"POST")
+        elif path == CARD_PATH:
+            if method in ("GET", "HEAD"):
+                await self._card(scope, receive, send)
+            else:
+                await _not_allowed(send, b"GET, HEAD")
+        elif path == HEALTH_PATH:
+            if method in ("GET", "HEAD"):
+                await send_response(send, 200, b"ok", [(b"content-type", b"text/plain")],
+                                    head=method == "HEAD")
+            else:
+                await _not_allowed(send, b"GET, HEAD")
+        elif path.startswith(FILES_PREFIX):
+            if method in ("GET", "HEAD"):
+                await self._file(scope, send, path[len(FILES_PREFIX):], caller_of(scope))
+            else:
+                await _not_allowed(send, b"GET, HEAD")
+        else:
+            await _error(send, 404, "not_found", "There is nothing at this path.")
+
+    async def _file(self, scope: Scope, send: Send, relative: str, caller: Caller) -> None:
+        """A regular file under ``out/``: no ``..``, no absolute path, no way out through a
+        symlink. Anything else, and any caller but the operator, is the same 404."""
+        path = self._out_file(relative) if acts_as_operator(caller) else None
+        if path is None:
+            await _error(send, 404, "not_found", "No such file under the session's out/.")
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            await _error(send, 404, "not_found", "No such file under the session's out/.")
+            return
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                await _error(send, 404, "not_found", "No such file under the session's out/.")
+                return
+            media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
+            headers: Headers = [
+                (b"content-type", media_type.encode("latin-1")),
+                (b"content-length", str(info.st_size).encode("ascii")),
+                (b"x-content-type-options", b"nosniff"),
+                (b"cache-control", b"no-store"),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            if scope["method"] == "HEAD":
+                await send({"type": "http.response.body", "body": b""})
+                return
+            remaining = info.st_size
+            while True:
+                chunk = await asyncio.to_thread(os.read, fd, min(FILE_CHUNK, max(remaining, 1)))
+                remaining -= len(chunk)
+                last = not chunk or remaining <= 0
+                await send({"type": "http.response.body", "body": chunk, "more_body": not last})
+                if last:
+                    return
+        finally:
+            os.close(fd)
+
+    def _out_file(self, relative: str) -> str | None:
+        root = self._out_root
+        if root is None or not relative or "\x00" in relative or "\\" in relative:
+            return None
+        segments = relative.split("/")
+        if any(segment in ("", ".", "..") for segment in segments):
+            return None
+        target = os.path.realpath(os.path.join(root, *segments))
+        return target if target.startswith(root + os.sep) else None
+
+
+class _DoorApp:
+    """The door's routes as an ASGI 3 application object (servers that tell ASGI 2 from
+    ASGI 3 by ``__call__`` see a coroutine function)."""
+
+    __slots__ = ("_door",)
+
+    def __init__(self, door: Door) -> None:
+        self._door = door
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._door._serve(scope, receive, send)
+
+
+def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | None = None,
+               trace: TraceBus | None = None) -> Door:
+    """One member's door: ``agent`` runs each task, ``settings`` say what the card shows
+    and how the gate holds tasks, ``policy`` is what DoorAuth accepts (default: a public
+    door), ``trace`` receives the door's trace records (default: a new bus)."""
+    return Door(agent, settings, policy if policy is not None else AuthPolicy(),
+                trace if trace is not None else TraceBus())
+
+
+def _route_path(scope: Scope) -> str:
+    """The path routed on: ``root_path`` removed, runs of ``/`` collapsed (DoorAuth's rule,
+    so the app never serves a path as something DoorAuth did not check it as)."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root): len(root) + 1] in ("", "/"):
+        path = path[len(root):] or "/"
+    if "//" in path:
+        path = re.sub("/{2,}", "/", path)
+    return path
+
+
+async def _error(send: Send, status: int, code: str, message: str) -> None:
+    await send_json(send, status, dumps({"error": code, "message": message}))
+
+
+async def _not_allowed(send: Send, allow: bytes) -> None:
+    body = dumps({"error": "method_not_allowed",
+                  "message": f"This path answers {allow.decode('ascii')} only."})
+    await send_response(send, 405, body, [(b"content-type", b"application/json"),
+                                          (b"allow", allow)])
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,229 @@
+"""JSON-RPC 2.0 framing for the door: the one error table, request parsing, response and
+Server-Sent-Events encoding.
+
+Every error the door answers on its JSON-RPC endpoint comes from :data:`ERROR_TABLE`
+(code, standard message, ``google.rpc.ErrorInfo`` reason and domain), as A2A 1.0 section
+9.5 describes: ``error.data`` is an array of ProtoJSON ``Any`` objects, the first an
+``ErrorInfo``. JSON-RPC errors travel with HTTP 200; only the auth middleware answers
+with 401/403.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+A2A_DOMAIN = "a2a-protocol.org"
+MURMUR_DOMAIN = "murmur.nexus"
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
+RETRY_INFO_TYPE = "type.googleapis.com/google.rpc.RetryInfo"
+
+RequestId = str | int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpec:
+    code: int
+    message: str
+    reason: str
+    domain: str = A2A_DOMAIN
+
+
+#: The one table of every JSON-RPC error the door sends: name -> code, message, reason.
+ERROR_TABLE: Mapping[str, ErrorSpec] = {
+    "PARSE_ERROR": ErrorSpec(-32700, "Invalid JSON payload", "PARSE_ERROR"),
+    "INVALID_REQUEST": ErrorSpec(-32600, "Request payload validation error", "INVALID_REQUEST"),
+    "METHOD_NOT_FOUND": ErrorSpec(-32601, "Method not found", "METHOD_NOT_FOUND"),
+    "INVALID_PARAMS": ErrorSpec(-32602, "Invalid parameters", "INVALID_PARAMS"),
+    "INTERNAL_ERROR": ErrorSpec(-32603, "Internal error", "INTERNAL_ERROR"),
+    "TASK_NOT_FOUND": ErrorSpec(-32001, "Task not found", "TASK_NOT_FOUND"),
+    "TASK_NOT_CANCELABLE": ErrorSpec(-32002, "Task cannot be canceled", "TASK_NOT_CANCELABLE"),
+    "PUSH_NOTIFICATION_NOT_SUPPORTED": ErrorSpec(
+        -32003, "Push Notification is not supported", "PUSH_NOTIFICATION_NOT_SUPPORTED"
+    ),
+    "UNSUPPORTED_OPERATION": ErrorSpec(
+        -32004, "This operation is not supported", "UNSUPPORTED_OPERATION"
+    ),
+    "CONTENT_TYPE_NOT_SUPPORTED": ErrorSpec(
+        -32005, "Incompatible content types", "CONTENT_TYPE_NOT_SUPPORTED"
+    ),
+    "INVALID_AGENT_RESPONSE": ErrorSpec(-32006, "Invalid agent response", "INVALID_AGENT_RESPONSE"),
+    "EXTENDED_AGENT_CARD_NOT_CONFIGURED": ErrorSpec(
+        -32007, "Extended agent card is not configured", "EXTENDED_AGENT_CARD_NOT_CONFIGURED"
+    ),
+    "EXTENSION_SUPPORT_REQUIRED": ErrorSpec(
+        -32008, "Extension support required", "EXTENSION_SUPPORT_REQUIRED"
+    ),
+    "VERSION_NOT_SUPPORTED": ErrorSpec(-32009, "Version not supported", "VERSION_NOT_SUPPORTED"),
+    "MEMBER_BUSY": ErrorSpec(-32050, "member busy", "MEMBER_BUSY", MURMUR_DOMAIN),
+}
+
+
+class RpcError(Exception):
+    """A JSON-RPC error answer, named by its row in :data:`ERROR_TABLE`.
+
+    ``detail`` is appended to the table's message (``"Invalid parameters: <detail>"``);
+    ``metadata`` becomes the ErrorInfo metadata (string values, as google.rpc.ErrorInfo
+    defines it); ``extra`` are further typed detail objects.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        detail: str | None = None,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        extra: tuple[dict[str, Any], ...] = (),
+    ) -> None:
+        self.spec = ERROR_TABLE[name]
+        self.name = name
+        self.detail = detail
+        self.metadata = dict(metadata or {})
+        self.extra = extra
+        super().__init__(self.message)
+
+    @property
+    def code(self) -> int:
+        return self.spec.code
+
+    @property
+    def message(self) -> str:
+        if self.detail:
+            return f"{self.spec.message}: {self.detail}"
+        return self.spec.message
+
+    def error_object(self) -> dict[str, Any]:
+        info = {
+            "@type": ERROR_INFO_TYPE,
+            "reason": self.spec.reason,
+            "domain": self.spec.domain,
+            "metadata": self.metadata,
+        }
+        return {"code": self.spec.code, "message": self.message, "data": [info, *self.extra]}
+
+
+def member_busy(retry_after_ms: int) -> RpcError:
+    """The lifecycle gate's refusal: ``-32050`` with ``retryAfterMs`` (and a RetryInfo)."""
+    seconds = f"{retry_after_ms / 1000:.3f}s"
+    return RpcError(
+        "MEMBER_BUSY",
+        metadata={"retryAfterMs": str(retry_after_ms)},
+        extra=({"@type": RETRY_INFO_TYPE, "retryDelay": seconds},),
+    )
+
+
+def invalid_params(exc: ValidationError, prefix: str = "") -> RpcError:
+    """``-32602`` naming each field at fault, with a google.rpc.BadRequest detail."""
+    violations = []
+    for error in exc.errors(include_url=False):
+        path = ".".join(str(part) for part in error["loc"])
+        field = f"{prefix}.{path}" if prefix and path else (prefix or path)
+        violations.append({"field": field, "description": error["msg"]})
+    first = violations[0] if violations else {"field": prefix, "description": "invalid"}
+    detail = f"{first['field']}: {first['description']}" if first["field"] else first["description"]
+    return RpcError(
+        "INVALID_PARAMS",
+        detail,
+        extra=({"@type": BAD_REQUEST_TYPE, "fieldViolations": violations},),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RpcRequest:
+    id: RequestId
+    method: str
+    params: dict[str, Any]
+
+
+class RequestError(Exception):
+    """A request that cannot be served, with the request id when it could be read."""
+
+    def __init__(self, request_id: RequestId, error: RpcError) -> None:
+        super().__init__(error.message)
+        self.request_id = request_id
+        self.error = error
+
+
+def parse_body(body: bytes) -> Any:
+    """The JSON value of a request body, or ``-32700``."""
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(None, RpcError("PARSE_ERROR", "the body is not valid JSON")) from exc
+
+
+def parse_request(value: Any) -> RpcRequest:
+    """One JSON-RPC 2.0 request object; a batch or a malformed object is ``-32600``."""
+    if isinstance(value, list):
+        raise RequestError(None, RpcError(
+            "INVALID_REQUEST", "batch requests are not served; send one request per call"))
+    if not isinstance(value, dict):
+        raise RequestError(None, RpcError("INVALID_REQUEST", "the body must be a JSON object"))
+    raw_id = value.get("id")
+    request_id: RequestId = raw_id if _valid_id(raw_id) else None
+    if value.get("jsonrpc") != "2.0":
+        raise RequestError(request_id, RpcError("INVALID_REQUEST", "'jsonrpc' must be \"2.0\""))
+    if "id" not in value or not _valid_id(raw_id):
+        raise RequestError(None, RpcError(
+            "INVALID_REQUEST", "'id' is required and must be a string or an integer"))
+    method = value.get("method")
+    if not isinstance(method, str) or not method:
+        raise RequestError(request_id, RpcError(
+            "INVALID_REQUEST", "'method' must be a non-empty string"))
+    params = value.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise RequestError(request_id, RpcError("INVALID_PARAMS", "'params' must be an object"))
+    return RpcRequest(request_id, method, params)
+
+
+def _valid_id(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    return value is None or isinstance(value, str | int)
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON."""
+    return _dumps(value).encode("utf-8")
+
+
+def encode_result(request_id: RequestId, result: Any) -> bytes:
+    return dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def encode_error(request_id: RequestId, error: RpcError) -> bytes:
+    return dumps({"jsonrpc": "2.0", "id": request_id, "error": error.error_object()})
+
+
+# --- Server-Sent Events ------------------------------------------------------------
+
+SSE_HEADERS: list[tuple[bytes, bytes]] = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def sse_event(payload: bytes, event: str | None = None) -> bytes:
+    """One SSE event carrying ``payload`` (compact JSON: it holds no raw newline)."""
+    if event is None:
+        return b"data: " + payload + b"\n\n"
+    return b"event: " + event.encode("ascii") + b"\ndata: " + payload + b"\n\n"
+
+
+def sse_result(request_id: RequestId, result: Any) -> bytes:
+    return sse_event(encode_result(request_id, result))
+
+
+def sse_error(request_id: RequestId, error: RpcError) -> bytes:
+    return sse_event(encode_error(request_id, error), event="error")

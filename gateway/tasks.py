@@ -1,0 +1,640 @@
+"""The door's tasks: a store with per-caller visibility, the lifecycle gate, the executor.
+
+* **Visibility.** Every task is owned by the credential that started it
+  (``caller.credential.name``). A caller reaches only its own tasks; the operator reaches
+  all. Anything else is the one ``-32001 Task not found`` an unknown id also gets.
+* **The gate.** ``concurrency`` tasks run at once and up to ``queue_depth`` more wait in
+  order; a new task beyond that is refused with ``-32050`` before anything is created.
+  ``single`` takes exactly one task in the session's life; ``after_task: exit`` asks the
+  session to stop once a task has ended and nothing else is held.
+* **The executor.** Each task runs the agent callable once (``AgentFn``) with a
+  :class:`TaskRun`, the handle through which the agent reports status, artifacts, asks for
+  input, rejects or replies. Its return value completes the task with one text artifact;
+  an exception fails it with its message; CancelTask cancels its coroutine.
+
+Wire objects are kept as plain camelCase dicts, replaced rather than mutated once
+published (copy-on-write), so a queued stream event never changes under its reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from gateway.a2a import INTERRUPTED_STATES, TERMINAL_STATES, ListTasksRequest, TaskState
+from gateway.caller import Caller
+from gateway.jsonrpc import RpcError, member_busy
+from gateway.trace_bus import TraceBus, utc_timestamp
+
+log = logging.getLogger("murmur.door")
+
+AgentFn = Callable[["TaskRun"], Awaitable[str | None]]
+StreamEvent = dict[str, Any]
+TaskListener = Callable[[dict[str, Any]], None]
+
+DEFAULT_PAGE_SIZE = 50
+RESULT_ARTIFACT_NAME = "result"
+
+
+@dataclass(frozen=True, slots=True)
+class GateConfig:
+    """The lifecycle gate, as ``murmur.yaml``'s ``lifecycle`` section sets it."""
+
+    concurrency: int = 1
+    queue_depth: int = 0
+    task_acceptance: Literal["single", "queue"] = "queue"
+    after_task: Literal["exit", "sleep"] = "sleep"
+    #: The ``retryAfterMs`` a refused caller is given.
+    retry_after_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("lifecycle.concurrency must be at least 1")
+        if self.queue_depth < 0:
+            raise ValueError("lifecycle.queue_depth must be 0 or more")
+        if self.task_acceptance not in ("single", "queue"):
+            raise ValueError("lifecycle.task_acceptance must be single or queue")
+        if self.after_task not in ("exit", "sleep"):
+            raise ValueError("lifecycle.after_task must be exit or sleep")
+
+    @property
+    def holds(self) -> int:
+        """How many tasks the member holds at once: running plus waiting."""
+        return self.concurrency + self.queue_depth
+
+
+class TaskEndedError(RuntimeError):
+    """An agent reported on a task that has already ended (or replied)."""
+
+
+def new_id() -> str:
+    """A fresh id: 128 random bits in 32 hex digits (as unguessable as a UUID4)."""
+    return os.urandom(16).hex()
+
+
+def agent_message(text: str, context_id: str, task_id: str | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"messageId": new_id(), "contextId": context_id}
+    if task_id is not None:
+        message["taskId"] = task_id
+    message["role"] = "ROLE_AGENT"
+    message["parts"] = [{"text": text}]
+    return message
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of a message: its text parts joined by newlines."""
+    return "\n".join(
+        part["text"] for part in message.get("parts", ()) if isinstance(part.get("text"), str)
+    )
+
+
+class TaskRecord:
+    """One task: its wire state plus what the door needs to drive and watch it."""
+
+    __slots__ = (
+        "id", "context_id", "owner", "caller", "state", "status", "artifacts", "history",
+        "metadata", "updated_ns", "subscribers", "waiters", "runner", "input_waiter",
+        "revealed", "reply", "first_message",
+    )
+
+    def __init__(self, message: dict[str, Any], caller: Caller,
+                 metadata: dict[str, Any] | None) -> None:
+        self.id = new_id()
+        self.context_id: str = message.get("contextId") or new_id()
+        self.owner = caller.credential.name
+        self.caller = caller
+        self.first_message = {**message, "taskId": self.id, "contextId": self.context_id}
+        self.history: list[dict[str, Any]] = [self.first_message]
+        self.artifacts: list[dict[str, Any]] = []
+        self.metadata = metadata
+        self.state: str = TaskState.SUBMITTED
+        self.status: dict[str, Any] = {"state": self.state, "timestamp": utc_timestamp()}
+        self.updated_ns = time.time_ns()
+        self.subscribers: list[asyncio.Queue[StreamEvent | None]] = []
+        self.waiters: list[tuple[asyncio.Future[None], bool]] = []
+        self.runner: asyncio.Task[None] | None = None
+        self.input_waiter: asyncio.Future[dict[str, Any]] | None = None
+        #: Whether the task was shown to anyone; a task never shown may answer a blocking
+        #: SendMessage with a Message alone (task.reply) and leave no task behind.
+        self.revealed = False
+        self.reply: dict[str, Any] | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def snapshot(self, history_length: int | None = None, *,
+                 include_artifacts: bool = True) -> dict[str, Any]:
+        """The Task as A2A sends it; ``history_length`` None means all of the history."""
+        task: dict[str, Any] = {"id": self.id, "contextId": self.context_id,
+                                "status": self.status}
+        if include_artifacts and self.artifacts:
+            task["artifacts"] = list(self.artifacts)
+        if history_length is None:
+            task["history"] = list(self.history)
+        elif history_length > 0:
+            task["history"] = self.history[-history_length:]
+        if self.metadata:
+            task["metadata"] = self.metadata
+        return task
+
+
+class TaskStore:
+    """Every task of one door, the gate in front of them and the executor behind them."""
+
+    def __init__(self, agent: AgentFn, gate: GateConfig, trace: TraceBus, *,
+                 max_finished: int = 10_000) -> None:
+        self._agent = agent
+        self.gate = gate
+        self._trace = trace
+        self._tasks: dict[str, TaskRecord] = {}
+        self._finished: OrderedDict[str, None] = OrderedDict()
+        self._max_finished = max_finished
+        self._running: set[TaskRecord] = set()
+        self._queue: deque[TaskRecord] = deque()
+        self._accepted = 0
+        self._ended = 0
+        self._accepting = True
+        self._stop_listeners: list[Callable[[str], None]] = []
+        self._task_listeners: list[TaskListener] = []
+        self._stop_reason: str | None = None
+
+    # --- listeners -------------------------------------------------------------------
+
+    def on_stop(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(reason)`` once when the store asks the session to stop."""
+        self._stop_listeners.append(listener)
+
+    def on_task_end(self, listener: TaskListener) -> None:
+        """Call ``listener(task)`` with the final Task each time a task ends."""
+        self._task_listeners.append(listener)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the session to stop (the first reason wins; later requests change nothing)."""
+        if self._stop_reason is not None:
+            return
+        self._stop_reason = reason
+        for listener in self._stop_listeners:
+            try:
+                listener(reason)
+            except Exception:  # every listener hears of the stop
+                log.exception("stop listener %r failed", listener)
+
+    # --- queries ---------------------------------------------------------------------
+
+    @property
+    def held(self) -> int:
+        return len(self._running) + len(self._queue)
+
+    def visible(self, task_id: Any, caller: Caller) -> TaskRecord:
+        """The task ``task_id`` if ``caller`` may reach it, else the one -32001."""
+        record = self._tasks.get(task_id) if isinstance(task_id, str) else None
+        if record is None or not _may_see(caller, record):
+            raise RpcError("TASK_NOT_FOUND")
+        return record
+
+    def list_tasks(self, caller: Caller, request: ListTasksRequest) -> dict[str, Any]:
+        """ListTasks: the caller's tasks, newest status first, cursor-paginated."""
+        after_ns = _parse_timestamp(request.status_timestamp_after)
+        chosen = [
+            record for record in self._tasks.values()
+            if _may_see(caller, record)
+            and (not request.context_id or record.context_id == request.context_id)
+            and (request.status is None or record.state == request.status)
+            and (after_ns is None or record.updated_ns >= after_ns)
+        ]
+        chosen.sort(key=lambda record: (record.updated_ns, record.id), reverse=True)
+        page_size = request.page_size or DEFAULT_PAGE_SIZE
+        start = 0
+        if request.page_token:
+            cursor = _decode_cursor(request.page_token)
+            while start < len(chosen) and (chosen[start].updated_ns, chosen[start].id) >= cursor:
+                start += 1
+        page = chosen[start:start + page_size]
+        more = start + page_size < len(chosen)
+        history = request.history_length if request.history_length is not None else 0
+        tasks = []
+        for record in page:
+            record.revealed = True
+            tasks.append(record.snapshot(history, include_artifacts=request.include_artifacts))
+        next_token = _encode_cursor(page[-1].updated_ns, page[-1].id) if more and page else ""
+        return {"tasks": tasks, "nextPageToken": next_token, "pageSize": page_size,
+                "totalSize": len(chosen)}
+
+    # --- sending ---------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any], caller: Caller,
+             metadata: dict[str, Any] | None = None) -> TaskRecord:
+        """SendMessage: a new task through the gate, or the follow-up of one awaiting input.
+
+        ``message`` is a validated A2A Message dict. Raises RpcError for every refusal.
+        """
+        task_id = message.get("taskId")
+        if task_id:
+            record = self.visible(task_id, caller)
+            context_id = message.get("contextId")
+            if context_id and context_id != record.context_id:
+                raise RpcError("INVALID_PARAMS",
+                               "message.contextId differs from the context of message.taskId")
+            self._resume(record, message)
+            return record
+        return self._admit(message, caller, metadata)
+
+    def _admit(self, message: dict[str, Any], caller: Caller,
+               metadata: dict[str, Any] | None) -> TaskRecord:
+        gate = self.gate
+        if (not self._accepting or self.held >= gate.holds
+                or (gate.task_acceptance == "single" and self._accepted >= 1)):
+            raise member_busy(gate.retry_after_ms)
+        record = TaskRecord(message, caller, metadata)
+        self._accepted += 1
+        self._tasks[record.id] = record
+        credential = caller.credential
+        if credential.kind == "member":
+            self._trace.emit("a2a_task_received", task_id=record.id,
+                             context_id=record.context_id, credential=credential.name,
+                             origin=caller.origin, trust=caller.trust,
+                             formation_member=credential.member)
+        else:
+            self._trace.emit("a2a_task_received", task_id=record.id,
+                             context_id=record.context_id, credential=credential.name,
+                             origin=caller.origin, trust=caller.trust)
+        self._trace.emit("task_state", task_id=record.id, state=record.state)
+        if len(self._running) < gate.concurrency:
+            self._start(record)
+        else:
+            self._queue.append(record)
+        return record
+
+    def _resume(self, record: TaskRecord, message: dict[str, Any]) -> None:
+        if record.terminal:
+            raise RpcError("UNSUPPORTED_OPERATION",
+                           f"the task has ended ({record.state}) and takes no more messages")
+        waiter = record.input_waiter
+        if record.state != TaskState.INPUT_REQUIRED or waiter is None or waiter.done():
+            raise RpcError("UNSUPPORTED_OPERATION",
+                           f"the task is {record.state}, not waiting for input")
+        message = {**message, "taskId": record.id, "contextId": record.context_id}
+        record.history = [*record.history, message]
+        record.input_waiter = None
+        self._set_state(record, TaskState.WORKING)
+        waiter.set_result(message)
+
+    # --- waiting and watching ----------------------------------------------------------
+
+    async def settled(self, record: TaskRecord, *, interrupted: bool = True) -> None:
+        """Wait until the task ends (or, with ``interrupted``, awaits input or auth)."""
+        if record.terminal or (interrupted and record.state in INTERRUPTED_STATES):
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (waiter, interrupted)
+        record.waiters.append(entry)
+        try:
+            await waiter
+        finally:
+            if entry in record.waiters:
+                record.waiters.remove(entry)
+
+    def subscribe(self, record: TaskRecord) -> asyncio.Queue[StreamEvent | None]:
+        """A queue of the task's StreamResponse events from now on; None when it ends."""
+        queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
+        record.subscribers.append(queue)
+        record.revealed = True
+        return queue
+
+    def unsubscribe(self, record: TaskRecord, queue: asyncio.Queue[StreamEvent | None]) -> None:
+        if queue in record.subscribers:
+            record.subscribers.remove(queue)
+
+    # --- cancel and wind-down ----------------------------------------------------------
+
+    def cancel(self, record: TaskRecord, reason: str | None = None) -> None:
+        """CancelTask: a queued task leaves the queue, a running one has its agent cancelled."""
+        if record.terminal:
+            raise RpcError("TASK_NOT_CANCELABLE", f"the task has already ended ({record.state})")
+        message = agent_message(reason, record.context_id, record.id) if reason else None
+        self._set_state(record, TaskState.CANCELED, message)
+        if record in self._queue:
+            self._queue.remove(record)
+            self._after_task()
+        elif record.runner is not None:
+            record.runner.cancel()
+
+    def close_gate(self) -> None:
+        """Take no new task from now on (the session is winding down)."""
+        self._accepting = False
+
+    def refuse_queued(self, reason: str = "the member is shutting down") -> int:
+        """End every waiting task TASK_STATE_REJECTED; returns how many there were."""
+        refused = 0
+        while self._queue:
+            record = self._queue.popleft()
+            self._set_state(record, TaskState.REJECTED,
+                            agent_message(reason, record.context_id, record.id))
+            refused += 1
+        return refused
+
+    def cancel_running(self, reason: str = "the member is shutting down") -> int:
+        """Cancel every running task; returns how many there were."""
+        running = [record for record in self._running if not record.terminal]
+        for record in running:
+            self.cancel(record, reason)
+        return len(running)
+
+    async def drained(self) -> None:
+        """Wait until no agent coroutine runs any more."""
+        runners = [record.runner for record in self._running if record.runner is not None]
+        if runners:
+            await asyncio.wait(runners)
+
+    # --- the executor ------------------------------------------------------------------
+
+    def _start(self, record: TaskRecord) -> None:
+        self._running.add(record)
+        self._set_state(record, TaskState.WORKING)
+        runner = asyncio.get_running_loop().create_task(
+            self._run(record), name=f"murmur-task-{record.id}")
+        record.runner = runner
+        # A done-callback, not a finally: a runner cancelled before its first step never
+        # enters its coroutine, and its place must still be given back.
+        runner.add_done_callback(lambda _: self._runner_done(record))
+
+    async def _run(self, record: TaskRecord) -> None:
+        try:
+            result = await self._agent(TaskRun(self, record))
+        except asyncio.CancelledError:
+            if not record.terminal:
+                self._set_state(record, TaskState.CANCELED)
+        except Exception as exc:  # the agent's failure fails its task, never the door
+            if not record.terminal:
+                log.warning("task %s failed", record.id, exc_info=exc)
+                text = str(exc) or type(exc).__name__
+                self._set_state(record, TaskState.FAILED,
+                                agent_message(text, record.context_id, record.id))
+        else:
+            if not record.terminal:
+                if result is not None:
+                    self._add_artifact(record, [{"text": str(result)}],
+                                       name=RESULT_ARTIFACT_NAME, last_chunk=True)
+                self._set_state(record, TaskState.COMPLETED)
+
+    def _runner_done(self, record: TaskRecord) -> None:
+        if not record.terminal:  # cancelled before it ever ran
+            self._set_state(record, TaskState.CANCELED)
+        waiter = record.input_waiter
+        if waiter is not None and not waiter.done():
+            waiter.cancel()
+        record.input_waiter = None
+        record.runner = None
+        self._running.discard(record)
+        while self._queue and len(self._running) < self.gate.concurrency:
+            self._start(self._queue.popleft())
+        self._after_task()
+
+    def _after_task(self) -> None:
+        if self.gate.after_task == "exit" and self._ended >= 1:
+            self._accepting = False
+            if self.held == 0:
+                self.request_stop("after_task")
+
+    # --- state changes -----------------------------------------------------------------
+
+    def _set_state(self, record: TaskRecord, state: str,
+                   message: dict[str, Any] | None = None) -> None:
+        previous = record.state
+        status: dict[str, Any] = {"state": state}
+        if message is not None:
+            status["message"] = message
+            record.history = [*record.history, message]
+        status["timestamp"] = utc_timestamp()
+        record.state = state
+        record.status = status
+        record.updated_ns = time.time_ns()
+        if state != previous:
+            self._trace.emit("task_state", task_id=record.id, state=state)
+        self._publish(record, {"statusUpdate": {
+            "taskId": record.id, "contextId": record.context_id, "status": status}})
+        terminal = state in TERMINAL_STATES
+        if terminal or state in INTERRUPTED_STATES:
+            keep: list[tuple[asyncio.Future[None], bool]] = []
+            for waiter, interrupted in record.waiters:
+                if terminal or interrupted:
+                    if not waiter.done():
+                        waiter.set_result(None)
+                else:
+                    keep.append((waiter, interrupted))
+            record.waiters = keep
+        if terminal:
+            self._ended += 1
+            if self.gate.after_task == "exit":
+                self._accepting = False  # the session ends after this task: take no other
+            for queue in record.subscribers:
+                queue.put_nowait(None)
+            record.subscribers = []
+            self._remember_finished(record)
+            if self._task_listeners:
+                final = record.snapshot()
+                for listener in self._task_listeners:
+                    try:
+                        listener(final)
+                    except Exception:  # a listener's failure must not stop the task's end
+                        log.exception("task-end listener %r failed", listener)
+
+    def _remember_finished(self, record: TaskRecord) -> None:
+        if record.reply is not None and not record.revealed:
+            # Answered with a Message alone: the task is not kept.
+            self._tasks.pop(record.id, None)
+            return
+        self._finished[record.id] = None
+        while len(self._finished) > self._max_finished:
+            oldest, _ = self._finished.popitem(last=False)
+            self._tasks.pop(oldest, None)
+
+    def _publish(self, record: TaskRecord, event: StreamEvent) -> None:
+        for queue in record.subscribers:
+            queue.put_nowait(event)
+
+    def _add_artifact(self, record: TaskRecord, parts: list[dict[str, Any]], *,
+                      name: str | None = None, description: str | None = None,
+                      artifact_id: str | None = None, append: bool = False,
+                      last_chunk: bool = False, metadata: dict[str, Any] | None = None) -> str:
+        if append and artifact_id is None and record.artifacts:
+            artifact_id = record.artifacts[-1]["artifactId"]
+        artifact_id = artifact_id or new_id()
+        chunk: dict[str, Any] = {"artifactId": artifact_id}
+        if name is not None:
+            chunk["name"] = name
+        if description is not None:
+            chunk["description"] = description
+        chunk["parts"] = parts
+        if metadata:
+            chunk["metadata"] = metadata
+        index = next((i for i, a in enumerate(record.artifacts)
+                      if a["artifactId"] == artifact_id), None)
+        artifacts = list(record.artifacts)
+        if index is None:
+            artifacts.append(chunk)
+        elif append:
+            artifacts[index] = {**artifacts[index], "parts": [*artifacts[index]["parts"], *parts]}
+        else:
+            artifacts[index] = chunk
+        record.artifacts = artifacts
+        event: dict[str, Any] = {"taskId": record.id, "contextId": record.context_id,
+                                 "artifact": chunk}
+        if append:
+            event["append"] = True
+        if last_chunk:
+            event["lastChunk"] = True
+        self._publish(record, {"artifactUpdate": event})
+        return artifact_id
+
+    # --- used by TaskRun ---------------------------------------------------------------
+
+    def _reply(self, record: TaskRecord, text: str) -> None:
+        if record.revealed:
+            # The caller already holds the task: the reply completes it.
+            self._set_state(record, TaskState.COMPLETED,
+                            agent_message(text, record.context_id, record.id))
+            return
+        record.reply = agent_message(text, record.context_id, None)
+        self._set_state(record, TaskState.COMPLETED, record.reply)
+
+
+class TaskRun:
+    """What the executor hands the agent for one task (``launcher.capsule`` wraps it)."""
+
+    __slots__ = ("_store", "_record")
+
+    def __init__(self, store: TaskStore, record: TaskRecord) -> None:
+        self._store = store
+        self._record = record
+
+    @property
+    def id(self) -> str:
+        return self._record.id
+
+    @property
+    def context_id(self) -> str:
+        return self._record.context_id
+
+    @property
+    def message(self) -> dict[str, Any]:
+        """The A2A Message that started the task (a dict, camelCase)."""
+        return self._record.first_message
+
+    @property
+    def text(self) -> str:
+        return message_text(self._record.first_message)
+
+    @property
+    def message_id(self) -> str:
+        return str(self._record.first_message.get("messageId", ""))
+
+    @property
+    def caller(self) -> Caller:
+        return self._record.caller
+
+    @property
+    def state(self) -> str:
+        return self._record.state
+
+    @property
+    def ended(self) -> bool:
+        return self._record.terminal
+
+    def _open(self, action: str) -> TaskRecord:
+        record = self._record
+        if record.terminal:
+            raise TaskEndedError(f"cannot {action}: the task has already ended ({record.state})")
+        return record
+
+    async def status(self, text: str) -> None:
+        """Report progress: the task stays WORKING with ``text`` as its status message."""
+        record = self._open("report a status")
+        self._store._set_state(record, TaskState.WORKING,
+                               agent_message(text, record.context_id, record.id))
+
+    async def artifact(self, parts: Iterable[dict[str, Any]], *, name: str | None = None,
+                       description: str | None = None, artifact_id: str | None = None,
+                       append: bool = False, last_chunk: bool = False,
+                       metadata: dict[str, Any] | None = None) -> str:
+        """Add (or, with ``append``, extend) an artifact; returns its artifact id.
+
+        ``append`` without ``artifact_id`` extends the artifact added last.
+        """
+        record = self._open("add an artifact")
+        chunk = [dict(part) for part in parts]
+        if not chunk:
+            raise ValueError("an artifact needs at least one part")
+        return self._store._add_artifact(record, chunk, name=name, description=description,
+                                         artifact_id=artifact_id, append=append,
+                                         last_chunk=last_chunk, metadata=metadata)
+
+    async def input_required(self, text: str) -> dict[str, Any]:
+        """Ask for input: the task is INPUT_REQUIRED until a SendMessage with its taskId
+        arrives; returns that message (the task is WORKING again)."""
+        record = self._open("ask for input")
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        record.input_waiter = waiter
+        self._store._set_state(record, TaskState.INPUT_REQUIRED,
+                               agent_message(text, record.context_id, record.id))
+        return await waiter
+
+    async def reject(self, text: str) -> None:
+        """End the task TASK_STATE_REJECTED with ``text`` as the reason."""
+        record = self._open("reject the task")
+        self._store._set_state(record, TaskState.REJECTED,
+                               agent_message(text, record.context_id, record.id))
+
+    async def reply(self, text: str) -> None:
+        """Answer with a Message alone; the task is not kept (when nobody has seen it)."""
+        record = self._open("reply")
+        self._store._reply(record, text)
+
+
+def acts_as_operator(caller: Caller) -> bool:
+    """The session's operator; at a public door (nothing authenticated, every caller is
+    ``public``) every caller is, as nobody can be told apart from the operator there."""
+    return caller.credential.kind in ("operator", "public")
+
+
+def _may_see(caller: Caller, record: TaskRecord) -> bool:
+    return acts_as_operator(caller) or caller.credential.name == record.owner
+
+
+def _encode_cursor(updated_ns: int, task_id: str) -> str:
+    raw = f"{updated_ns}:{task_id}".encode("ascii")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _decode_cursor(token: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
+        stamp, task_id = raw.split(":", 1)
+        return int(stamp), task_id
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RpcError("INVALID_PARAMS",
+                       "pageToken: not a token this door issued; "
+                       "pass the nextPageToken of the previous page") from exc
+
+
+def _parse_timestamp(value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise RpcError("INVALID_PARAMS",
+                       "statusTimestampAfter: use an ISO 8601 time such as "
+                       "2026-01-02T03:04:05Z") from exc
+    if moment.tzinfo is None:
+        raise RpcError("INVALID_PARAMS", "statusTimestampAfter: give the time in UTC (Z)")
+    return int(moment.timestamp() * 1_000_000_000)

@@ -1,0 +1,389 @@
+"""Door throughput and latency: the door with DoorAuth (formation token), the same door
+without DoorAuth, and an a2a-sdk server (DefaultRequestHandler + InMemoryTaskStore) with
+the same trivial agent; GetTask and SendMessage; requests/s, p50 and p99.
+
+Each server runs under uvicorn in a process of its own on 127.0.0.1:0 (its port read
+from its first stdout line); the load comes from another process: ``wrk`` is not used
+(not installed here), a bounded asyncio generator with keep-alive connections and a
+minimal HTTP/1.1 reader is. Every phase is bounded in time; the whole run takes about
+a minute and a half (3 rounds of 3 s per server and method). Results:
+``loadtests/results/bench_door.json`` and ``.md``.
+
+    .venv/bin/python loadtests/bench_door.py [--duration 3] [--rounds 3] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "loadtests" / "results"
+SERVERS = ("door+auth", "door", "a2a-sdk")
+METHODS = ("GetTask", "SendMessage")
+WARMUP_SECONDS = 1.0
+
+# --- the servers (run in their own process) ------------------------------------------
+
+
+def door_app(with_auth: bool) -> tuple[Any, str | None]:
+    """The door with a trivial agent; with DoorAuth, a formation door and a caller token."""
+    from gateway.agent_card import CardInfo
+    from gateway.auth import AuthPolicy
+    from gateway.door import DoorSettings, build_door
+    from gateway.tasks import GateConfig, TaskRun
+    from gateway.tokens import FormationKey, FormationVerifier
+
+    async def trivial(run: TaskRun) -> str:
+        return "ok"
+
+    settings = DoorSettings(
+        card=CardInfo(name="bench", description="benchmark", version="1"),
+        gate=GateConfig(concurrency=64, queue_depth=1024), max_finished_tasks=20_000)
+    if not with_auth:
+        return build_door(trivial, settings).inner_app, None
+    formation = "frm_" + uuid.uuid4().hex
+    key = FormationKey.generate()
+    policy = AuthPolicy(authenticated=True,
+                        verifier=FormationVerifier(key.public_bytes, formation),
+                        member="coder", accept_peer_tasks=True)
+    token = key.mint(formation=formation, caller="planner", callee="coder")
+    return build_door(trivial, settings, policy=policy).app, token
+
+
+def sdk_app() -> Any:
+    """An a2a-sdk JSON-RPC server with the same trivial agent."""
+    from a2a.helpers.proto_helpers import new_task
+    from a2a.server.agent_execution import AgentExecutor, RequestContext
+    from a2a.server.events import EventQueue
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+    from a2a.types.a2a_pb2 import (
+        AgentCapabilities,
+        AgentCard,
+        AgentInterface,
+        Part,
+        TaskState,
+    )
+    from starlette.applications import Starlette
+
+    class Trivial(AgentExecutor):
+        async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+            task = context.current_task
+            if task is None:
+                assert context.task_id and context.context_id and context.message
+                task = new_task(context.task_id, context.context_id,
+                                TaskState.TASK_STATE_SUBMITTED, history=[context.message])
+                await event_queue.enqueue_event(task)
+            updater = TaskUpdater(event_queue, task.id, task.context_id)
+            await updater.add_artifact([Part(text="ok")], name="result")
+            await updater.complete()
+
+        async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+            raise NotImplementedError
+
+    card = AgentCard(
+        name="bench", description="benchmark", version="1",
+        supported_interfaces=[AgentInterface(url="http://127.0.0.1/",
+                                             protocol_binding="JSONRPC",
+                                             protocol_version="1.0")],
+        capabilities=AgentCapabilities(streaming=True),
+        default_input_modes=["text/plain"], default_output_modes=["text/plain"])
+    handler = DefaultRequestHandler(agent_executor=Trivial(), task_store=InMemoryTaskStore(),
+                                    agent_card=card)
+    return Starlette(routes=[*create_jsonrpc_routes(handler, "/"),
+                             *create_agent_card_routes(card)])
+
+
+def serve(kind: str) -> None:
+    import logging
+    import socket
+
+    import uvicorn
+
+    logging.disable(logging.WARNING)  # the SDK logs every request at INFO/WARNING
+    token: str | None = None
+    if kind == "a2a-sdk":
+        app = sdk_app()
+    else:
+        app, token = door_app(with_auth=kind == "door+auth")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    print(f"TOKEN {token or ''}", flush=True)  # on our own pipe, read by the parent only
+    config = uvicorn.Config(app, log_level="error", access_log=False, loop="uvloop",
+                            http="httptools", lifespan="off")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+# --- the load generator (runs in its own process) ------------------------------------
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection; responses must carry Content-Length."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    async def request(self, raw: bytes) -> tuple[int, bytes]:
+        self.writer.write(raw)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+                break
+        body = await self.reader.readexactly(length) if length else b""
+        return status, body
+
+
+def rpc_request(port: int, token: str | None, method: str, params: dict[str, Any]) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                      separators=(",", ":")).encode()
+    headers = ["POST / HTTP/1.1", f"Host: 127.0.0.1:{port}",
+               "Content-Type: application/json", "A2A-Version: 1.0",
+               f"Content-Length: {len(body)}"]
+    if token:
+        headers.append(f"Authorization: Bearer {token}")
+    return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+
+
+def send_params() -> dict[str, Any]:
+    return {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
+                        "parts": [{"text": "ping"}]}}
+
+
+async def load(port: int, token: str | None, method: str, duration: float,
+               concurrency: int) -> dict[str, Any]:
+    first = Connection(*await asyncio.open_connection("127.0.0.1", port))
+    status, body = await first.request(rpc_request(port, token, "SendMessage", send_params()))
+    task = json.loads(body)["result"]["task"]
+    assert status == 200 and task["status"]["state"] == "TASK_STATE_COMPLETED", body[:300]
+    get_raw = rpc_request(port, token, "GetTask", {"id": task["id"], "historyLength": 0})
+    expect = b'"TASK_STATE_COMPLETED"'
+    latencies: list[float] = []
+    errors = 0
+    total = 1  # the SendMessage above
+    start = time.perf_counter()
+    measure_from = start + WARMUP_SECONDS
+    stop = measure_from + duration
+
+    async def worker() -> None:
+        nonlocal errors, total
+        connection = Connection(*await asyncio.open_connection("127.0.0.1", port))
+        clock = time.perf_counter
+        while True:
+            raw = get_raw if method == "GetTask" else rpc_request(
+                port, token, "SendMessage", send_params())
+            began = clock()
+            if began >= stop:
+                break
+            status, body = await connection.request(raw)
+            ended = clock()
+            total += 1
+            if status != 200 or expect not in body:
+                errors += 1
+            elif began >= measure_from:
+                latencies.append(ended - began)
+        connection.writer.close()
+
+    await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))),
+                           duration + WARMUP_SECONDS + 30)
+    first.writer.close()
+    latencies.sort()
+    count = len(latencies)
+    return {
+        "requests": count, "errors": errors, "seconds": duration, "all_requests": total,
+        "rps": round(count / duration, 1),
+        "p50_ms": round(latencies[count // 2] * 1000, 3) if count else None,
+        "p99_ms": round(latencies[min(count - 1, int(count * 0.99))] * 1000, 3) if count else None,
+        "mean_ms": round(statistics.fmean(latencies) * 1000, 3) if count else None,
+    }
+
+
+def run_load(args: argparse.Namespace) -> None:
+    import uvloop
+
+    token = sys.stdin.readline().strip() or None
+    result = uvloop.run(load(args.port, token, args.method, args.duration, args.concurrency))
+    print(json.dumps(result), flush=True)
+
+
+# --- the orchestrator ----------------------------------------------------------------
+
+
+def start_server(kind: str) -> tuple[subprocess.Popen[str], int, str]:
+    process = subprocess.Popen([sys.executable, __file__, "--serve", kind], cwd=ROOT,
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    port_line = process.stdout.readline().split()
+    token_line = process.stdout.readline().rstrip("\n").split(" ", 1)
+    if len(port_line) != 2 or port_line[0] != "PORT":
+        process.kill()
+        raise SystemExit(f"server {kind} did not report its port")
+    token = token_line[1] if len(token_line) == 2 else ""
+    return process, int(port_line[1]), token
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(kind: str, pid: int, port: int, token: str, method: str, duration: float,
+            concurrency: int) -> dict[str, Any]:
+    """One phase. Besides wall-clock rates, the server's own CPU time per request: on a
+    machine that other work shares, it moves far less than requests/s do."""
+    cpu_before = cpu_seconds(pid)
+    completed = subprocess.run(
+        [sys.executable, __file__, "--load", "--port", str(port), "--method", method,
+         "--duration", str(duration), "--concurrency", str(concurrency)],
+        cwd=ROOT, input=token + "\n", capture_output=True, text=True,
+        timeout=duration + WARMUP_SECONDS + 60, check=False)
+    if completed.returncode != 0:
+        raise SystemExit(f"load against {kind} {method} failed:\n{completed.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    cpu_us = (cpu_seconds(pid) - cpu_before) / result["all_requests"] * 1e6
+    result["server_cpu_us_per_request"] = round(cpu_us, 1)
+    result["cpu_bound_rps_per_core"] = round(1e6 / cpu_us, 1) if cpu_us else None
+    return result
+
+
+def wait_ready(port: int) -> None:
+    import socket
+
+    for _ in range(200):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"no server on port {port}")
+
+
+def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float],
+          cores: int) -> str:
+    lines = [f"# Door benchmark ({cores} cores, one run, median of the rounds)", "",
+             "Server CPU per request is the server process's user+system time over the",
+             "requests of a phase; `_cpu` ratios compare those costs.", "",
+             "| server | method | req/s | p50 ms | p99 ms | server CPU us/req | errors |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for server, by_method in results.items():
+        for method, row in by_method.items():
+            lines.append(f"| {server} | {method} | {row['rps']} | {row['p50_ms']} | "
+                         f"{row['p99_ms']} | {row['server_cpu_us_per_request']} | "
+                         f"{row['errors']} |")
+    lines += ["", "| ratio | value | goal |", "|---|---:|---|"]
+    goals = {"auth_vs_no_auth": ">= 0.9", "door_vs_sdk": ">= 3"}
+    for name, value in ratios.items():
+        goal = next((g for prefix, g in goals.items() if name.startswith(prefix)), "")
+        lines.append(f"| {name} | {value} | {goal} |")
+    return "\n".join(lines) + "\n"
+
+
+def orchestrate(args: argparse.Namespace) -> None:
+    """All three servers stay up; the phases are interleaved round by round (server after
+    server for each method), and each row reports the round with the median rate, so a
+    burst of load from elsewhere on the machine hits every server alike."""
+    began = time.monotonic()
+    load_before = os.getloadavg()
+    servers: dict[str, tuple[subprocess.Popen[str], int, str]] = {}
+    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
+        kind: {method: [] for method in METHODS} for kind in SERVERS}
+    try:
+        for kind in SERVERS:
+            servers[kind] = start_server(kind)
+            wait_ready(servers[kind][1])
+        for number in range(args.rounds):
+            for method in METHODS:
+                for kind in SERVERS:
+                    process, port, token = servers[kind]
+                    row = measure(kind, process.pid, port, token, method, args.duration,
+                                  args.concurrency)
+                    rounds[kind][method].append(row)
+                    print(f"round {number + 1}: {kind:10} {method:12} {row['rps']:>9} req/s  "
+                          f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
+                          f"server CPU {row['server_cpu_us_per_request']} us/req  "
+                          f"errors {row['errors']}", flush=True)
+    finally:
+        for process, _, _ in servers.values():
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind in SERVERS:
+        results[kind] = {}
+        for method in METHODS:
+            rows = sorted(rounds[kind][method], key=lambda row: row["rps"])
+            median = dict(rows[len(rows) // 2])
+            median["rps_each_round"] = [row["rps"] for row in rounds[kind][method]]
+            results[kind][method] = median
+    # A ratio is taken within each round (its two servers measured back to back), then
+    # the median over the rounds.
+    # Two views of every ratio: wall-clock requests/s, and the server's CPU cost per
+    # request (the same ratio when the server has a core to itself; much steadier when it
+    # does not).
+    ratios: dict[str, float] = {}
+    for method in METHODS:
+        for name, top, bottom in (("auth_vs_no_auth", "door+auth", "door"),
+                                  ("door_vs_sdk", "door", "a2a-sdk"),
+                                  ("door_with_auth_vs_sdk", "door+auth", "a2a-sdk")):
+            pairs = list(zip(rounds[top][method], rounds[bottom][method], strict=True))
+            wall = [a["rps"] / b["rps"] for a, b in pairs if b["rps"]]
+            cpu = [b["server_cpu_us_per_request"] / a["server_cpu_us_per_request"]
+                   for a, b in pairs if a["server_cpu_us_per_request"]]
+            ratios[f"{name}_{method}"] = round(statistics.median(wall), 3) if wall else 0.0
+            ratios[f"{name}_{method}_cpu"] = round(statistics.median(cpu), 3) if cpu else 0.0
+    cores = os.cpu_count() or 1
+    document = {"benchmark": "bench_door", "cores": cores, "concurrency": args.concurrency,
+                "load_average_before": load_before, "load_average_after": os.getloadavg(),
+                "seconds_per_phase": args.duration, "rounds": args.rounds,
+                "load_generator": "asyncio (uvloop), keep-alive HTTP/1.1, another process",
+                "server": "uvicorn (httptools, uvloop), one process each",
+                "results": results, "ratios": ratios,
+                "wall_seconds": round(time.monotonic() - began, 1)}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "bench_door.json").write_text(json.dumps(document, indent=2) + "\n")
+    (RESULTS / "bench_door.md").write_text(table(results, ratios, cores))
+    for name, value in ratios.items():
+        print(f"{name:34} {value}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", choices=SERVERS)
+    parser.add_argument("--load", action="store_true")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--method", choices=METHODS, default="GetTask")
+    parser.add_argument("--duration", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    if args.serve:
+        sys.path.insert(0, str(ROOT))
+        serve(args.serve)
+    elif args.load:
+        asyncio.set_event_loop_policy(None)
+        run_load(args)
+    else:
+        orchestrate(args)
+
+
+if __name__ == "__main__":
+    main()
