@@ -317,6 +317,46 @@ TABLE: tuple[CodeEntry, ...] = (
         "reference",
     ),
     CodeEntry(
+        "E-RUN-041", "error",
+        "The session's --task task did not complete",
+        "task {task} of session {session} ended {state}: {detail}",
+        "its result is in {result}; send the task again, or look at the session's "
+        "trace.jsonl for what happened",
+        "`mur run --task` (and so `mur run --roster --task`) exits 1 when its one task "
+        "ends failed, canceled or rejected; `out/result.txt` holds the `<state>: <why>` line.",
+        "murmur-door",
+    ),
+    CodeEntry(
+        "E-RUN-042", "error",
+        "The door's declared credentials cannot be set up",
+        "the door of {capsule} {version} cannot be set up: {problem}",
+        "provide what `network.authentication` in its murmur.yaml names (the environment "
+        "variables of `bearer`, the key files of `jwt`), then run it again",
+        "A declared bearer token's environment variable is missing or empty, or a JWT "
+        "issuer's key file cannot be read; the member starts no door rather than a door "
+        "that accepts less (or more) than its manifest says.",
+        "murmur-door",
+    ),
+    CodeEntry(
+        "E-RUN-043", "error",
+        "The capsule cannot be run",
+        "{capsule} {version} cannot be run: {problem}",
+        "correct the capsule's murmur.yaml or agent, pack and install it again",
+        "The capsule's python agent does not import or is not an async callable, its "
+        "command is not found, or a `capabilities.network.allow` entry is not a host.",
+        "murmur-door",
+    ),
+    CodeEntry(
+        "E-RUN-044", "error",
+        "The session cannot be staged, served or resumed",
+        "the session cannot be {action}: {problem}",
+        "{fix}",
+        "The records directory or operator token cannot be written, the door cannot be "
+        "bound on loopback, or `--resume` names a session that does not exist here, still "
+        "runs, or ran another capsule or version.",
+        "murmur-door",
+    ),
+    CodeEntry(
         "E-RUN-045", "error",
         "A member did not come up, so the formation was not launched",
         "member `{member}` did not become ready: {problem}",
