@@ -40,7 +40,6 @@ from gateway.caller import (
     PUBLIC_CALLER,
     RPC_SCOPE_KEY,
     Caller,
-    Credential,
 )
 from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
 from gateway.tokens import MEMBER_NAME_RE, FormationVerifier, InvalidToken
@@ -62,6 +61,7 @@ _FORMATION_PREFIX = "mft1."
 _BEARER = b"Bearer "
 _CARD_PATH = "/.well-known/agent-card.json"
 _FILES_PATH = "/resources/files"
+_FILES_PATH_PREFIX = _FILES_PATH + "/"
 _HEALTH_PATH = "/healthz"
 _TRUST_HEADER = b"x-murmur-task-trust"
 #: Headers the app never sees: the credential, and origin/trust, which come only from it.
@@ -215,10 +215,11 @@ def _content_length(value: bytes) -> int:
     return int(value) if value.isdigit() and len(value) < 20 else -1
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The request body (``_BodyTooLarge`` past ``limit``); ``None`` if the client left."""
-    chunks: list[bytes] = []
-    size = 0
+async def _read_rest(receive: Receive, first: bytes, limit: int) -> bytes | None:
+    """The whole body of a request whose first message brought ``first`` and said more
+    follows (``_BodyTooLarge`` past ``limit``); ``None`` if the client left."""
+    chunks = [first]
+    size = len(first)
     while True:
         message = await receive()
         if message["type"] != "http.request":
@@ -227,12 +228,9 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
         size += len(chunk)
         if size > limit:
             raise _BodyTooLarge
-        if not message.get("more_body", False):
-            if not chunks:
-                return chunk
-            chunks.append(chunk)
-            return b"".join(chunks)
         chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 #: The C scanner behind json.loads, called directly: for a GetTask-sized body json.loads
@@ -243,44 +241,44 @@ _scan_json: Callable[[str, int], tuple[Any, int]] = (
 _JSON_SPACE = " \t\n\r"
 
 
-def _parse_json(text: str) -> Any:
-    """What ``json.loads(text)`` returns, or ValueError."""
-    start = len(text) - len(text.lstrip(_JSON_SPACE)) if text[:1] in _JSON_SPACE else 0
-    try:
-        value, end = _scan_json(text, start)
-    except StopIteration:
-        raise ValueError("not JSON") from None
-    if end != len(text) and text[end:].strip(_JSON_SPACE):
-        raise ValueError("more after the JSON document")
-    return value
-
-
 def _parse_rpc(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    """The JSON-RPC request object (with a string method), or the refusal code."""
+    """The JSON-RPC request object (with a string method), or the refusal code.
+
+    The body is parsed as ``json.loads(body)`` would (one UTF-8 JSON document, white
+    space around it), but through the scanner directly."""
     try:
-        document = _parse_json(body.decode("utf-8"))
-    except (ValueError, RecursionError):
+        text = body.decode("utf-8")
+        start = len(text) - len(text.lstrip(_JSON_SPACE)) if text[:1] in _JSON_SPACE else 0
+        document, end = _scan_json(text, start)
+    except (ValueError, RecursionError, StopIteration):  # StopIteration: no JSON value
         return None, "parse_error"
-    if isinstance(document, list):
-        return None, "batch_refused"
-    if not isinstance(document, dict) or not isinstance(document.get("method"), str):
+    if end != len(text) and text[end:].strip(_JSON_SPACE):
+        return None, "parse_error"  # more after the JSON document
+    # The json module builds exact dicts, lists and strs: ``type() is`` is isinstance here.
+    if type(document) is dict:
+        if type(document.get("method")) is str:
+            return document, None
         return None, "invalid_request"
-    return document, None
+    return None, "batch_refused" if type(document) is list else "invalid_request"
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands the app the body already read, then the client's messages
-    (so the app still learns of a disconnect)."""
-    pending = True
+class _Replay:
+    """The app's receive after DoorAuth read the body: the body, then the client's own
+    messages (so the app still learns of a disconnect). A class with slots, not a
+    closure: one small object per request."""
 
-    async def replay() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
+    __slots__ = ("_body", "_receive")
 
-    return replay
+    def __init__(self, body: bytes, receive: Receive) -> None:
+        self._body: bytes | None = body
+        self._receive = receive
+
+    async def __call__(self) -> Message:
+        body = self._body
+        if body is None:
+            return await self._receive()
+        self._body = None
+        return {"type": "http.request", "body": body, "more_body": False}
 
 
 def _without_stripped(headers: Headers) -> Headers:
@@ -338,13 +336,23 @@ def _loopback_host(host: bytes, port: int | None) -> bool:
 
 # -- the middleware ----------------------------------------------------------------------
 
+#: How many verified formation ``Authorization`` values a door remembers, the oldest
+#: dropped first (the verifier's own cache holds as many tokens).
+_ADMITTED_LIMIT = 4096
+
 
 class DoorAuth:
-    """The door's auth middleware (pure ASGI). See the module text for the check order."""
+    """The door's auth middleware (pure ASGI). See the module text for the check order.
+
+    ``__call__`` is every request's hot path, kept to one coroutine: one pass over the
+    headers, the common case tested first, per-policy values worked out once here, and a
+    formation ``Authorization`` value this door verified before found with one lookup.
+    """
 
     def __init__(self, app: ASGIApp, policy: AuthPolicy) -> None:
         self.app = app
         self.policy = policy
+        self._authenticated = policy.authenticated
         self._operator = policy.operator
         self._operator_caller = (
             Caller(policy.operator.credential, "operator", "trusted")
@@ -358,20 +366,28 @@ class DoorAuth:
             (issuer, Caller(issuer.credential, "client", "untrusted"))
             for issuer in policy.jwt_issuers
         )
+        self._accept_peer_tasks = policy.accept_peer_tasks
+        self._max_body = policy.max_body
+        #: A Content-Length with fewer digits than this cannot exceed max_body.
+        self._max_body_digits = len(str(policy.max_body))
         self._member_callers: dict[tuple[str, bool], Caller] = {}
         self._hosts_by_port: dict[int | None, frozenset[bytes]] = {}
+        #: Formation ``Authorization`` values (``Bearer mft1...``) this door accepted, with
+        #: their callers (untrusted, trusted): a member's repeated calls cost one lookup.
+        #: Only formation tokens: they never expire (as in the verifier's cache), while
+        #: JWTs do, and operator and declared tokens are compared in constant time.
+        self._admitted: dict[bytes, tuple[Caller, Caller]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)  # lifespan and the like: untouched
-        elif self.policy.authenticated:
-            await self._guard(scope, receive, send)
-        else:
+            return
+        if not self._authenticated:
             _hand_over(scope, _without_stripped(scope["headers"]), PUBLIC_CALLER, None)
             await self.app(scope, receive, send)
+            return
 
-    async def _guard(self, scope: Scope, receive: Receive, send: Send) -> None:
         # One pass over the headers: note what the checks need, keep what the app may see.
         authorization: bytes | None = None
         authorizations = 0
@@ -398,7 +414,7 @@ class DoorAuth:
                     trust_headers += 1
                 continue
             kept.append(header)
-        is_http = scope["type"] == "http"
+        is_http = kind == "http"
         path: str = scope["path"]
         if scope.get("root_path") or "//" in path:
             path = _route_path(scope)
@@ -412,74 +428,107 @@ class DoorAuth:
         if authorization is None:
             await self._refuse(scope, receive, send, "unauthenticated")
             return
-        if authorizations != 1 or not authorization.startswith(_BEARER):
+        if authorizations != 1:
             await self._refuse(scope, receive, send, "invalid_token", "not 'Bearer <token>'")
             return
         # Trusted only on exactly one trust header saying exactly "trusted".
         trusted = trust_headers == 1 and trust_value == b"trusted"
-        try:
-            caller = self._authenticate(authorization[7:].decode("latin-1"), trusted)
-        except InvalidToken as refused:
-            await self._refuse(scope, receive, send, "invalid_token", str(refused))
+        admitted = self._admitted.get(authorization)
+        if admitted is not None:  # a formation token this door verified before
+            caller = admitted[trusted]
+        elif not authorization.startswith(_BEARER):
+            await self._refuse(scope, receive, send, "invalid_token", "not 'Bearer <token>'")
             return
-        except _NotPermitted as verdict:
-            await self._refuse(scope, receive, send, "not_permitted", member=verdict.member)
-            return
-        except Exception as exc:  # noqa: BLE001 - any failure to verify is a refusal
-            # The class only: an exception's text could quote what it was handed.
-            logger.warning("door: credential check raised %s; answered 401 invalid_token",
-                           type(exc).__name__)
-            await self._refuse(scope, receive, send, "invalid_token", "verification error")
-            return
+        else:
+            try:
+                caller = self._authenticate(authorization, trusted)
+            except InvalidToken as refused:
+                await self._refuse(scope, receive, send, "invalid_token", str(refused))
+                return
+            except _NotPermitted as verdict:
+                await self._refuse(scope, receive, send, "not_permitted", member=verdict.member)
+                return
+            except Exception as exc:  # noqa: BLE001 - any failure to verify is a refusal
+                # The class only: an exception's text could quote what it was handed.
+                logger.warning("door: credential check raised %s; answered 401 invalid_token",
+                               type(exc).__name__)
+                await self._refuse(scope, receive, send, "invalid_token", "verification error")
+                return
 
         # 4: the method, read only now that the caller is known.
         method: str | None = None
         rpc: dict[str, Any] | None = None
         rpc_refusal: str | None = None
         body = b""
-        if is_http and scope["method"] == "POST" and not path.strip("/"):
-            max_body = self.policy.max_body
+        if is_http and (path == "/" or not path.strip("/")) and scope["method"] == "POST":
+            max_body = self._max_body
             try:
-                if _content_length(content_length) > max_body:
+                if len(content_length) >= self._max_body_digits and (
+                    _content_length(content_length) > max_body
+                ):
                     raise _BodyTooLarge
-                read = await _read_body(receive, max_body)
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client is gone: nobody to answer
+                body = message.get("body", b"")
+                if len(body) > max_body:
+                    raise _BodyTooLarge
+                if message.get("more_body", False):
+                    read = await _read_rest(receive, body, max_body)
+                    if read is None:
+                        return
+                    body = read
             except _BodyTooLarge:
                 await self._refuse(scope, receive, send, "payload_too_large",
                                    limit=str(max_body))
                 return
-            if read is None:
-                return  # the client is gone: nobody to answer
-            body = read
             rpc, rpc_refusal = _parse_rpc(body)
             if rpc is not None:
                 method = rpc["method"]
         elif path == _CARD_PATH:
             method = "AgentCard"
-        elif path == _FILES_PATH or path.startswith(_FILES_PATH + "/"):
+        elif path == _FILES_PATH or path.startswith(_FILES_PATH_PREFIX):
             method = "resources/files"
 
         # 5-8: scope, peer tasks, Host, then a body that is not one call.
         credential = caller.credential
-        if method is not None and not _allows(credential, method):
+        if method is not None and not (
+            credential.kind == "operator" or method in credential.scopes or method == "AgentCard"
+        ):  # the operator may call anything (the app answers -32601 to an unknown name),
+            # and any accepted credential may read the agent card
             await self._refuse(scope, receive, send, "insufficient_scope",
                                credential=credential.name, method=_method_label(method))
             return
-        if credential.kind == "member" and not self.policy.accept_peer_tasks:
+        if credential.kind == "member" and not self._accept_peer_tasks:
             await self._refuse(scope, receive, send, "peer_not_accepted",
                                credential=credential.name)
             return
-        if hosts != 1 or host is None or not self._host_allowed(host, scope):
+        server = scope.get("server")
+        port: int | None = server[1] if server else None
+        usual = self._hosts_by_port.get(port)
+        if hosts != 1 or host is None or not (
+            (usual is not None and host in usual) or self._host_allowed(host, port)
+        ):
             await self._refuse(scope, receive, send, "misdirected_request")
             return
         if rpc_refusal is not None:
             await self._refuse(scope, receive, send, rpc_refusal)
             return
 
-        _hand_over(scope, kept, caller, rpc)
-        await self.app(scope, receive if rpc is None else _replay(body, receive), send)
+        # Hand over: what the app may read, and only that.
+        scope["headers"] = kept
+        scope[CALLER_SCOPE_KEY] = caller
+        if rpc is None:
+            scope.pop(RPC_SCOPE_KEY, None)
+            await self.app(scope, receive, send)
+        else:
+            scope[RPC_SCOPE_KEY] = rpc
+            await self.app(scope, _Replay(body, receive), send)
 
-    def _authenticate(self, token: str, trusted: bool) -> Caller:
-        """The Caller a token stands for; InvalidToken or _NotPermitted otherwise."""
+    def _authenticate(self, authorization: bytes, trusted: bool) -> Caller:
+        """The Caller an ``Authorization: Bearer <token>`` value stands for; InvalidToken
+        or _NotPermitted otherwise."""
+        token = authorization[7:].decode("latin-1")
         if token.startswith(_FORMATION_PREFIX):
             verifier = self.policy.verifier
             if verifier is None:
@@ -487,6 +536,7 @@ class DoorAuth:
             claims = verifier.verify(token)
             if claims.callee != self.policy.member:
                 raise _NotPermitted(claims.caller)
+            self._admit(authorization, claims.caller)
             return self._member_caller(claims.caller, trusted)
         if len(token) > MAX_CREDENTIAL_CHARS:
             raise InvalidToken("token too long")
@@ -506,6 +556,14 @@ class DoorAuth:
                 return caller
         raise InvalidToken("no credential of this door accepts the token")
 
+    def _admit(self, authorization: bytes, member: str) -> None:
+        """Remember a formation ``Authorization`` value that verified for this door."""
+        admitted = self._admitted
+        if len(admitted) >= _ADMITTED_LIMIT:
+            admitted.pop(next(iter(admitted)), None)  # the oldest first
+        admitted[authorization] = (self._member_caller(member, False),
+                                   self._member_caller(member, True))
+
     def _member_caller(self, member: str, trusted: bool) -> Caller:
         key = (member, trusted)
         caller = self._member_callers.get(key)
@@ -516,9 +574,9 @@ class DoorAuth:
                 self._member_callers[key] = caller
         return caller
 
-    def _host_allowed(self, host: bytes, scope: Scope) -> bool:
-        server = scope.get("server")
-        port: int | None = server[1] if server else None
+    def _host_allowed(self, host: bytes, port: int | None) -> bool:
+        """Whether ``host`` is a loopback name with ``port`` (the first request on a port
+        notes its usual Host values, which later requests find at once)."""
         usual = self._hosts_by_port.get(port)
         if usual is None:
             usual = _usual_hosts(port)
@@ -556,12 +614,6 @@ def _hand_over(scope: Scope, headers: Headers, caller: Caller | None,
         scope.pop(RPC_SCOPE_KEY, None)
     else:
         scope[RPC_SCOPE_KEY] = rpc
-
-
-def _allows(credential: Credential, method: str) -> bool:
-    # The operator may call anything (the app answers -32601 to an unknown name), and any
-    # accepted credential may read the agent card.
-    return credential.kind == "operator" or method == "AgentCard" or method in credential.scopes
 
 
 def _method_label(method: str) -> str:
