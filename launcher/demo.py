@@ -9,6 +9,7 @@ answer it prints. Everything lives in one temporary folder, removed at the end u
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -18,14 +19,26 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-TASK = "Write a haiku about doors that check credentials."
+TASK = "Outline a haiku about doors that check credentials. Then write it."
 
 
-def _mur(args: Sequence[str], *, cwd: Path, env: dict[str, str]) -> int:
+def _mur(args: Sequence[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """Run ``mur ARGS`` as a user would, showing the command and its output."""
     print(f"\n$ mur {shlex.join(args)}", flush=True)
     done = subprocess.run([sys.executable, "-m", "launcher.cli", *args], cwd=cwd, env=env,
-                          check=False, timeout=300)
-    return done.returncode
+                          stdout=subprocess.PIPE, text=True, check=False, timeout=300)
+    print(done.stdout, end="", flush=True)
+    return done.returncode, done.stdout
+
+
+def _formation_id(stdout: str) -> str | None:
+    """The id on the ``--json`` formation line of ``mur run --roster``."""
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") == "formation":
+                return str(event["formation_id"])
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,11 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for step in (["new", "--roster", str(project)],
                      ["doctor", "--project", str(project)],
                      ["run", "--roster", "--json", "--task", args.task]):
-            status = _mur(step, cwd=project if step[0] == "run" else root, env=env)
+            status, stdout = _mur(step, cwd=project if step[0] == "run" else root, env=env)
             if status != 0:
                 print(f"\ndemo: `mur {step[0]}` exited with {status}", file=sys.stderr)
                 return status
-        return _mur(["ps", "--json"], cwd=project, env=env)
+        formation_id = _formation_id(stdout)
+        if formation_id is not None:
+            _mur(["trace", "show", formation_id], cwd=project, env=env)
+        return _mur(["ps"], cwd=project, env=env)[0]
     finally:
         if args.keep:
             print(f"\nkept {root}")

@@ -343,6 +343,25 @@ def read_artifact(data: bytes, label: str) -> Manifest:
     return manifest
 
 
+#: The manifests of artifacts already read in this process, by the sha256 of their bytes.
+#: Admitting a roster opens each member's artifact, most of them the same few capsules:
+#: the same bytes always give the same manifest, so each is parsed once.
+_READ_MANIFESTS: dict[str, Manifest] = {}
+_READ_MANIFESTS_KEPT = 64
+
+
+def _read_artifact_once(data: bytes, digest: str, label: str) -> Manifest:
+    """:func:`read_artifact` of ``data``, whose sha256 is ``digest``; a refusal is never
+    remembered (it names ``label``), a manifest is."""
+    manifest = _READ_MANIFESTS.get(digest)
+    if manifest is None:
+        manifest = read_artifact(data, label)
+        if len(_READ_MANIFESTS) >= _READ_MANIFESTS_KEPT:
+            _READ_MANIFESTS.clear()
+        _READ_MANIFESTS[digest] = manifest
+    return manifest
+
+
 def _read_file(path: Path, label: str) -> bytes:
     try:
         with path.open("rb") as handle:
@@ -438,7 +457,7 @@ def open_installed(path: Path, capsule: str, version: str,
         raise _artifact_refusal(label, f"has sha256 {digest}, but {recorded} was recorded when "
                                 "it was installed", f"install it again with `mur install "
                                 f"--force {path.name}`")
-    manifest = read_artifact(data, label)
+    manifest = _read_artifact_once(data, digest, label)
     _, name = split_capsule(capsule, version)
     if (manifest.name, manifest.version) != (name, version):
         raise _artifact_refusal(label, f"holds the capsule {manifest.name} {manifest.version}, "

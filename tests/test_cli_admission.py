@@ -41,6 +41,10 @@ class FakeTask:
         self.text = text
         self.peers = peers
         self.calls: list[tuple[str, str]] = []
+        self.statuses: list[str] = []
+
+    async def status(self, text: str) -> None:
+        self.statuses.append(text)
 
     async def call_member(self, name: str, text: str) -> Awaitable[str]:
         self.calls.append((name, text))
@@ -106,10 +110,14 @@ async def test_the_written_entry_member_calls_the_worker_and_answers_with_it(
     mur(capsys, "new", "--roster", str(demo))
     planner = load_module(demo / "planner" / "planner_agent.py")
     worker = load_module(demo / "worker" / "worker_agent.py")
-    task = FakeTask("hello", peers=("worker",))
+    task = FakeTask("Outline it. Then write it!", peers=("worker",))
     answer = await planner.run(task)
-    assert task.calls == [("worker", "Please do this: hello")]
-    assert answer == "planner: worker answered: <worker did: Please do this: hello>"
+    assert task.calls == [("worker", "part 1 of 2: Outline it."),
+                          ("worker", "part 2 of 2: Then write it!")]
+    assert answer == ("planner: worker did 2 part(s):\n"
+                      "- <worker did: part 1 of 2: Outline it.>\n"
+                      "- <worker did: part 2 of 2: Then write it!>")
+    assert task.statuses == ["handing 2 part(s) to worker"]
     alone = FakeTask("hello")
     assert "hello" in await planner.run(alone)
     assert alone.calls == []

@@ -1,0 +1,650 @@
+"""The formation proxy: ``FormationTransport`` and the egress allow-list.
+
+A member reaches the members it may call at virtual addresses
+``http://<member>.formation.invalid``. Every request its components make goes through
+:class:`FormationTransport`, which does DESIGN.md section 7's five steps in order:
+
+1. a host under ``formation.invalid`` that is not exactly ``<callee>.formation.invalid``
+   (lower case, no port, no userinfo, no trailing dot, ``Host`` header agreeing) for a
+   member this one may call is refused with :class:`FormationRefused` before anything
+   else happens: no door URL is looked up and no connection is opened;
+2. the callee's real door URL is taken from the directory, waiting up to 10 s;
+3. the real URL is checked against ``capabilities.network.allow``;
+4. the component's ``Authorization``, ``x-murmur-*`` and hop-by-hop headers are removed
+   and exactly one ``Authorization: Bearer <token>``, ``x-murmur-task-origin: peer`` and
+   the running task's trust class are attached; URL and ``Host`` become the real door's;
+5. a redirect is handed back as it is, never followed here, so the token never goes
+   anywhere but the callee's door (see ``docs/proxy.md``, "Redirects").
+
+Requests to any other host pass the same allow-list and never carry a formation token.
+A formation token is never written into a repr, a log line or an exception.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import unicodedata
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Protocol, Self
+from urllib.parse import unquote
+
+import httpx
+
+VIRTUAL_DOMAIN: Final = "formation.invalid"
+VIRTUAL_SUFFIX: Final = "." + VIRTUAL_DOMAIN
+#: How long a request waits for a callee's door URL to arrive on the channel.
+DOOR_URL_WAIT_SECONDS: Final = 10.0
+MEMBER_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
+_TOKEN_TEXT = re.compile(r"[A-Za-z0-9._~+/=-]{1,4096}")
+
+TRUSTED: Final = "trusted"
+UNTRUSTED: Final = "untrusted"
+
+#: Headers that belong to the runtime on a call to a member. The whole ``x-murmur-``
+#: namespace is the runtime's, so it goes too; names compare in lower case with ``_``
+#: read as ``-``.
+_AUTHORIZATION: Final = "authorization"
+_RUNTIME_PREFIX: Final = "x-murmur-"
+#: RFC 9110 section 7.6.1 plus the names proxies have historically treated the same way.
+HOP_BY_HOP: Final = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+    "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+})
+#: Framing is recomputed from the body this transport forwards, never copied.
+_RECOMPUTED: Final = frozenset({"host", "content-length"})
+_REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
+#: Set on a request's extensions when a member's door answered it with a redirect: a
+#: request that follows it (httpx copies extensions onto the follow-up) may not reach a
+#: virtual address, or a callee could make this member call someone on its behalf.
+_FOLLOWS_MEMBER_REDIRECT: Final = "murmur.follows_member_redirect"
+#: ``timeout`` is the only request extension forwarded to the inner transport. ``trace``
+#: in particular is dropped: httpcore hands it the outgoing headers, token included.
+_UNICODE_DOTS: Final = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
+
+
+class DoorDirectory(Protocol):
+    """Where the callees' real door URLs arrive (the formation channel's later lines)."""
+
+    async def wait_for(self, name: str, timeout: float) -> str:
+        """The door URL of ``name``; raises ``TimeoutError`` when none arrives in time."""
+        ...
+
+
+#: The running task's trust class, or ``None`` when no task is running.
+TrustSource = Callable[[], str | None]
+#: Called once for every request sent to a member, with the callee and the virtual URL.
+CallHook = Callable[[str, str], None]
+
+
+class FormationRefused(httpx.TransportError):
+    """A virtual address this member may not use. One class and one message for every
+    case (not a callee, no such member, itself, a host trick), so a refusal tells a
+    component nothing about which members exist."""
+
+    MESSAGE: Final = (
+        "refused by the formation proxy: the address is not "
+        "http://<member>.formation.invalid for a member this member may call"
+    )
+
+    def __init__(self, request: httpx.Request | None = None) -> None:
+        super().__init__(self.MESSAGE, request=request)
+
+
+class EgressRefused(httpx.TransportError):
+    """The real URL is outside the sending component's ``capabilities.network.allow``."""
+
+
+class DoorUnavailable(httpx.TransportError):
+    """A callee's door URL did not arrive on the channel in time."""
+
+
+# --------------------------------------------------------------------------------------
+# Names under formation.invalid
+
+
+def _readings(host: str) -> set[str]:
+    """Every way a parser or resolver might read ``host``: percent-decoded (twice, for
+    double encoding), NFKC-folded, with ideographic dots as dots, lower case, without
+    trailing dots, and with punycode labels decoded."""
+    readings: set[str] = set()
+    text = host
+    for _ in range(3):
+        folded = unicodedata.normalize("NFKC", text).translate(_UNICODE_DOTS).lower()
+        folded = folded.strip("[]").rstrip(".")
+        readings.add(folded)
+        readings.add(_decode_punycode(folded))
+        decoded = unquote(text)
+        if decoded == text:
+            break
+        text = decoded
+    return readings
+
+
+def _decode_punycode(host: str) -> str:
+    labels = []
+    for label in host.split("."):
+        if label.startswith("xn--"):
+            try:
+                label = label[4:].encode("ascii").decode("punycode")
+            except (UnicodeError, ValueError):
+                pass
+        labels.append(label)
+    return unicodedata.normalize("NFKC", ".".join(labels)).translate(_UNICODE_DOTS).lower()
+
+
+def names_formation(host: str) -> bool:
+    """Whether any reading of ``host`` names something under ``formation.invalid``.
+
+    Deliberately wide: ``coder.formation.invalid.evil.example`` and ``xformation.invalid``
+    count too. A host that does is either exactly a callee's virtual address or refused.
+    """
+    lowered = host.lower()
+    if host.isascii() and "%" not in host and "xn--" not in lowered:
+        return VIRTUAL_DOMAIN in lowered      # the only reading of plain ASCII
+    return any(VIRTUAL_DOMAIN in reading for reading in _readings(host))
+
+
+def exact_virtual_name(authority: str) -> str | None:
+    """The member name when ``authority`` is exactly ``<member>.formation.invalid``."""
+    if not authority.endswith(VIRTUAL_SUFFIX):
+        return None
+    name = authority[: -len(VIRTUAL_SUFFIX)]
+    return name if MEMBER_NAME.fullmatch(name) else None
+
+
+_RAW_URL = re.compile(r"^(?P<scheme>[^:/?#]*):?//(?P<authority>[^/?#]*)")
+
+
+def check_raw_url(url: str) -> None:
+    """Refuse a URL *text* that names ``formation.invalid`` in any but the exact form.
+
+    httpx folds case, drops a default port and maps ideographic dots before a transport
+    sees a URL, so ``CODER.formation.invalid`` and ``coder.formation.invalid:80`` can
+    only be told apart here, from the text the component wrote. The transport repeats
+    every check it still can on the parsed URL.
+    """
+    match = _RAW_URL.match(url.strip())
+    if match is None:
+        return
+    authority = match["authority"]
+    if not names_formation(authority):
+        return
+    if match["scheme"] != "http" or exact_virtual_name(authority) is None:
+        raise FormationRefused()
+
+
+# --------------------------------------------------------------------------------------
+# The egress allow-list
+
+
+@dataclass(frozen=True, slots=True)
+class _AllowEntry:
+    kind: str                      # "any" | "loopback" | "ip" | "name" | "suffix"
+    value: str                     # normalized host, IP text, or ".suffix"
+    port: int | None
+
+
+_ALLOW_PORT = re.compile(r"^(?P<host>\[[^\]]+\]|[^:\[\]]*)(?::(?P<port>[0-9]{1,5}))?$")
+
+
+def _normal_host(host: str) -> str:
+    """Lower-case ASCII (punycode) form of a host name, without a trailing dot."""
+    host = host.strip().rstrip(".").lower()
+    if host.isascii():
+        return host
+    try:
+        return httpx.URL(f"http://{host}/").raw_host.decode("ascii")
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"capabilities.network.allow entry {host!r} is not a host name") from exc
+
+
+def _parse_allow_entry(entry: str) -> _AllowEntry:
+    text = entry.strip()
+    hint = ("write a bare host such as `localhost`, `api.example.com`, `*.example.com`, "
+            "`127.0.0.1` or `[::1]`, optionally with `:port`")
+    if not text or "/" in text or "@" in text:
+        raise ValueError(f"capabilities.network.allow entry {entry!r} is not a host: {hint}")
+    if text == "*":
+        return _AllowEntry("any", "*", None)
+    try:
+        return _AllowEntry("ip", str(ipaddress.ip_address(text)), None)  # bare IPv6
+    except ValueError:
+        pass
+    match = _ALLOW_PORT.match(text)
+    if match is None:
+        raise ValueError(f"capabilities.network.allow entry {entry!r} is not a host: {hint}")
+    host, port_text = match["host"], match["port"]
+    port = int(port_text) if port_text else None
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"capabilities.network.allow entry {entry!r} has no valid port")
+    host = host.strip("[]")
+    try:
+        return _AllowEntry("ip", str(ipaddress.ip_address(host)), port)
+    except ValueError:
+        pass
+    host = _normal_host(host)
+    if host == "localhost":
+        return _AllowEntry("loopback", host, port)
+    if host.startswith("*.") and "*" not in host[2:] and len(host) > 2:
+        return _AllowEntry("suffix", host[1:], port)
+    if "*" in host or not host:
+        raise ValueError(f"capabilities.network.allow entry {entry!r}: a wildcard is only "
+                         f"`*` or a leading `*.`; {hint}")
+    return _AllowEntry("name", host, port)
+
+
+def _ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    address = _ip_of(host)
+    return address is not None and address.is_loopback
+
+
+class AllowList:
+    """``capabilities.network.allow``: which hosts a component's HTTP client may reach.
+
+    Entries: ``localhost`` (the name ``localhost``, every address in 127.0.0.0/8 and
+    ``::1``), an exact host name, an IP address, ``*.example.com`` (every name under
+    example.com, not example.com itself), or ``*`` (any host); each may end in
+    ``:port`` to allow that port only. An empty list allows nothing.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self._entries = tuple(_parse_allow_entry(entry) for entry in entries)
+
+    def __repr__(self) -> str:
+        return f"AllowList({len(self._entries)} entries)"
+
+    def allows(self, url: httpx.URL) -> bool:
+        host = url.raw_host.decode("ascii").rstrip(".").lower()
+        port = url.port if url.port is not None else _default_port(url.scheme)
+        return any(self._matches(entry, host, port) for entry in self._entries)
+
+    @staticmethod
+    def _matches(entry: _AllowEntry, host: str, port: int | None) -> bool:
+        if entry.port is not None and entry.port != port:
+            return False
+        if entry.kind == "any":
+            return True
+        if entry.kind == "loopback":
+            return _is_loopback(host)
+        if entry.kind == "ip":
+            address = _ip_of(host)
+            return address is not None and str(address) == entry.value
+        if entry.kind == "suffix":
+            return host.endswith(entry.value)
+        return host == entry.value
+
+    def reaches_loopback_door(self) -> bool:
+        """Whether a door on ``http://127.0.0.1:<any port>`` is allowed."""
+        return any(entry.port is None and self._matches(entry, "127.0.0.1", None)
+                   for entry in self._entries)
+
+
+def _default_port(scheme: str) -> int | None:
+    return {"http": 80, "https": 443}.get(scheme)
+
+
+def egress_reaches_loopback(allow: Iterable[str]) -> bool:
+    """For the launcher's ``W-RUN-008``: can this grant reach a member's loopback door?
+
+    Doors listen on ``127.0.0.1`` at a port chosen at launch, so an entry limited to one
+    port does not count. Entries that are not hosts raise ``ValueError``.
+    """
+    return AllowList(allow).reaches_loopback_door()
+
+
+# --------------------------------------------------------------------------------------
+# Headers
+
+
+def _header_key(name: bytes) -> bytes:
+    """A header name as compared here: trimmed, lower case, ``_`` read as ``-``."""
+    key = _HEADER_KEYS.get(name)
+    if key is None:
+        key = name.strip().lower().replace(b"_", b"-")
+        if len(_HEADER_KEYS) < 512:           # clients repeat the same few names
+            _HEADER_KEYS[name] = key
+    return key
+
+
+_HEADER_KEYS: dict[bytes, bytes] = {}
+
+
+_DROPPED: Final = frozenset(
+    name.encode("ascii") for name in HOP_BY_HOP | _RECOMPUTED | {_AUTHORIZATION})
+_RUNTIME_PREFIX_BYTES: Final = _RUNTIME_PREFIX.encode("ascii")
+_CONNECTION_NAMES: Final = (b"connection", b"proxy-connection")
+
+
+def _forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The component's headers minus ``Authorization``, the ``x-murmur-`` namespace,
+    hop-by-hop headers, every header a ``Connection`` header names, and the framing and
+    ``Host`` headers this transport sets itself."""
+    keys = [_header_key(name) for name, _ in raw]
+    named: set[bytes] = set()
+    for key, (_, value) in zip(keys, raw, strict=True):
+        if key in _CONNECTION_NAMES:
+            named.update(_header_key(token) for token in value.split(b","))
+    return [header for key, header in zip(keys, raw, strict=True)
+            if key not in _DROPPED and key not in named
+            and not key.startswith(_RUNTIME_PREFIX_BYTES)]
+
+
+def _without_runtime_headers(request: httpx.Request) -> httpx.Request:
+    """A real-host request minus the ``x-murmur-`` headers (the same request when it has
+    none). Its own ``Authorization`` (an API key of the component's) and all its other
+    headers stay."""
+    raw = request.headers.raw
+    kept = [(name, value) for name, value in raw
+            if not _header_key(name).startswith(_RUNTIME_PREFIX_BYTES)]
+    if len(kept) == len(raw):
+        return request
+    return httpx.Request(request.method, request.url, headers=kept, stream=request.stream,
+                         extensions=request.extensions)
+
+
+# --------------------------------------------------------------------------------------
+# The transport
+
+
+@dataclass(frozen=True, slots=True)
+class _Door:
+    """A callee's door as this proxy uses it, parsed once per URL the channel sent."""
+
+    url: httpx.URL
+    host: bytes                       # the Host header: the door's netloc
+    prefix: bytes                     # the door URL's own path, without a trailing /
+    allowed: bool                     # capabilities.network.allow reaches it
+    #: Real URLs by virtual raw path (``/`` and a few more): parsing a URL costs more
+    #: than the rest of the hop together.
+    urls: dict[bytes, httpx.URL]
+
+    def real_url(self, raw_path: bytes) -> httpx.URL:
+        url = self.urls.get(raw_path)
+        if url is None:
+            url = self.url.copy_with(raw_path=self.prefix + raw_path)
+            if len(self.urls) < _REAL_URL_CACHE:
+                self.urls[raw_path] = url
+        return url
+
+
+_REAL_URL_CACHE: Final = 64
+_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
+
+
+class _Shared:
+    """What every view of one member's proxy shares: pool, credentials, grant."""
+
+    __slots__ = ("allow", "authorizations", "door_wait", "doors", "inner", "known",
+                 "on_call", "tokens", "virtual_hosts")
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, doors: DoorDirectory,
+                 allow: AllowList, on_call: CallHook | None, door_wait: float,
+                 tokens: Mapping[str, str]) -> None:
+        self.inner = inner
+        self.doors = doors
+        self.allow = allow
+        self.on_call = on_call
+        self.door_wait = door_wait
+        self.tokens = dict(tokens)
+        self.authorizations = {name: b"Bearer " + token.encode("ascii")
+                               for name, token in self.tokens.items()}
+        self.virtual_hosts = {name + VIRTUAL_SUFFIX: name for name in self.tokens}
+        self.known: dict[str, _Door] = {}
+
+    def __repr__(self) -> str:  # never the tokens
+        return "_Shared(...)"
+
+
+class FormationTransport(httpx.AsyncBaseTransport):
+    """The formation proxy as an httpx transport (see the module docstring).
+
+    ``tokens`` maps each member this one may call to its formation token; the names are
+    the callees. ``trust`` gives the running task's trust class (``None``: no task, read
+    as ``untrusted``). ``on_call(callee, virtual_url)`` is called once per request sent
+    to a member, after every check passed; it sees only the virtual URL.
+    """
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport,
+        *,
+        tokens: Mapping[str, str],
+        doors: DoorDirectory,
+        allow: Iterable[str],
+        trust: TrustSource = lambda: None,
+        on_call: CallHook | None = None,
+        door_wait: float = DOOR_URL_WAIT_SECONDS,
+    ) -> None:
+        for name, token in tokens.items():
+            if not MEMBER_NAME.fullmatch(name):
+                raise ValueError(f"callee name {name!r} is not a member name "
+                                 f"(^[a-z][a-z0-9-]{{0,31}}$)")
+            if not _TOKEN_TEXT.fullmatch(token):      # never echo the token itself
+                raise ValueError(f"the formation token for member {name!r} is not "
+                                 "header-safe text (mft1.<base64url>.<base64url>)")
+        self._shared = _Shared(inner, doors, AllowList(allow), on_call, door_wait, tokens)
+        self._trust = trust
+        self._owns_inner = True
+
+    @property
+    def callees(self) -> frozenset[str]:
+        """The members this one may call (the names, never the tokens)."""
+        return frozenset(self._shared.tokens)
+
+    def __repr__(self) -> str:
+        return f"FormationTransport(callees={sorted(self._shared.tokens)!r})"
+
+    def with_trust(self, trust: str | None) -> FormationTransport:
+        """A view for one task: the same pool and credentials, a fixed trust class.
+        Closing the view leaves the shared pool open."""
+        view = FormationTransport.__new__(FormationTransport)
+        view._shared = self._shared
+        view._trust = lambda: trust
+        view._owns_inner = False
+        return view
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        raw = request.headers.raw
+        callee = self._virtual_callee(request, raw)
+        if callee is None:
+            return await self._send_outside(request)
+        return await self._send_to_member(request, raw, callee)
+
+    async def aclose(self) -> None:
+        if self._owns_inner:
+            await self._shared.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None = None,
+                        exc_value: BaseException | None = None,
+                        traceback: TracebackType | None = None) -> None:
+        await self.aclose()
+
+    # Step 1 ------------------------------------------------------------------------
+
+    def _virtual_callee(self, request: httpx.Request,
+                        raw: list[tuple[bytes, bytes]]) -> str | None:
+        """The callee a request is addressed to, ``None`` for a real host; refuses every
+        other use of ``formation.invalid`` before anything is looked up or opened."""
+        url = request.url
+        raw_host = url.raw_host.decode("ascii", "replace")
+        hosts = [value.decode("latin-1") for name, value in raw if name.lower() == b"host"]
+        userinfo = url.userinfo
+        name = self._shared.virtual_hosts.get(raw_host)
+        if (name is not None and hosts == [raw_host] and not userinfo and url.port is None
+                and url.scheme == "http" and _FOLLOWS_MEMBER_REDIRECT not in request.extensions):
+            return name                         # exactly a callee's address: the usual case
+        addressed = (names_formation(raw_host)
+                     or (userinfo and names_formation(userinfo.decode("ascii", "replace")))
+                     or any(names_formation(host) for host in hosts))
+        if not addressed:
+            return None
+        name = exact_virtual_name(raw_host)
+        exact = (name is not None and url.scheme == "http" and url.port is None
+                 and not userinfo and hosts == [raw_host]
+                 and _FOLLOWS_MEMBER_REDIRECT not in request.extensions)
+        if not exact or name not in self._shared.tokens:
+            raise FormationRefused(request)
+        return name
+
+    # Steps 2 to 5 ------------------------------------------------------------------
+
+    async def _send_to_member(self, request: httpx.Request, raw: list[tuple[bytes, bytes]],
+                              callee: str) -> httpx.Response:
+        shared = self._shared
+        door = shared.known.get(callee) or await self._door(request, callee)
+        if not door.allowed:
+            raise EgressRefused(
+                f"refused: capabilities.network.allow does not reach member {callee!r}'s "
+                "door, which listens on loopback; add `localhost` to the grant",
+                request=request)
+        token = shared.tokens[callee]
+        authorization = shared.authorizations[callee]
+        try:
+            body = request.content              # built from bytes: read already
+        except httpx.RequestNotRead:
+            body = await request.aread()
+        headers = _forwarded_headers(raw)
+        headers.append((b"Host", door.host))
+        if body or request.method in _BODY_METHODS:
+            headers.append((b"Content-Length", str(len(body)).encode("ascii")))
+        trust = b"trusted" if self._trust() == TRUSTED else b"untrusted"
+        headers += [(b"Authorization", authorization), (b"x-murmur-task-origin", b"peer"),
+                    (b"x-murmur-task-trust", trust)]
+        timeout = request.extensions.get("timeout")
+        extensions = {} if timeout is None else {"timeout": timeout}
+        outgoing = httpx.Request(request.method, door.real_url(request.url.raw_path),
+                                 headers=headers, stream=httpx.ByteStream(body),
+                                 extensions=extensions)
+        outgoing.read()       # in memory already; lets inner transports read .content
+        if shared.on_call is not None:
+            shared.on_call(callee, str(request.url))
+        failure: httpx.TransportError | None = None
+        try:
+            response = await shared.inner.handle_async_request(outgoing)
+        except httpx.TransportError as exc:
+            # Against the component's own request, never the one holding the token, with
+            # the token scrubbed from the text, and no chain back to the original.
+            failure = type(exc)(str(exc).replace(token, "[token]"), request=request)
+        if failure is not None:
+            raise failure
+        response.request = request
+        response.stream = _SanitizedStream(response.stream, request, token)
+        if response.status_code in _REDIRECT_STATUSES and "location" in response.headers:
+            request.extensions[_FOLLOWS_MEMBER_REDIRECT] = True
+        return response
+
+    async def _door(self, request: httpx.Request, callee: str) -> _Door:
+        """The callee's door. A door URL arrives once per formation and a door never
+        moves (a peer that ends, ends the formation), so it is asked for only once."""
+        shared = self._shared
+        door = shared.known.get(callee)
+        if door is not None:
+            return door
+        try:
+            text = await shared.doors.wait_for(callee, shared.door_wait)
+        except TimeoutError:
+            raise DoorUnavailable(
+                f"member {callee!r}'s door address has not arrived on the formation channel "
+                f"within {shared.door_wait:g} s", request=request) from None
+        door = shared.known.get(callee)
+        if door is None:
+            url = httpx.URL(text)
+            door = _Door(url=url, host=url.netloc,
+                         prefix=url.raw_path.split(b"?")[0].rstrip(b"/"),
+                         allowed=shared.allow.allows(url), urls={})
+            shared.known[callee] = door
+        return door
+
+    async def _send_outside(self, request: httpx.Request) -> httpx.Response:
+        if not self._shared.allow.allows(request.url):
+            raise EgressRefused(
+                f"refused: capabilities.network.allow does not allow "
+                f"{request.url.host}:{request.url.port or _default_port(request.url.scheme)}",
+                request=request)
+        return await self._shared.inner.handle_async_request(_without_runtime_headers(request))
+
+
+class _SanitizedStream(httpx.AsyncByteStream):
+    """A member's response body: a failure while reading it is re-raised against the
+    component's own request with the token scrubbed, as for a failure to send."""
+
+    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream,
+                 request: httpx.Request, token: str) -> None:
+        assert isinstance(inner, httpx.AsyncByteStream)
+        self._inner = inner
+        self._request = request
+        self._token = token
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        failure: httpx.TransportError | None = None
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except httpx.TransportError as exc:
+            failure = type(exc)(str(exc).replace(self._token, "[token]"), request=self._request)
+        if failure is not None:
+            raise failure
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+# --------------------------------------------------------------------------------------
+# The client components use
+
+
+class _Cookies(httpx.Cookies):
+    """httpx's cookie jar, minus its most expensive no-op: parsing a response that sets
+    no cookie (a quarter of a client's CPU per JSON-RPC call)."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        if "set-cookie" in response.headers:
+            super().extract_cookies(response)
+
+
+class FormationClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` that also vets the URL *text* it is given (see
+    :func:`check_raw_url`) before httpx normalizes it; ``task.http`` is one."""
+
+    def __init__(self, *, transport: httpx.AsyncBaseTransport, **kwargs: Any) -> None:
+        base_url = kwargs.get("base_url")
+        if isinstance(base_url, str):
+            check_raw_url(base_url)
+        kwargs.setdefault("follow_redirects", False)
+        super().__init__(transport=transport, **kwargs)
+        self._cookies = _Cookies(self._cookies)
+
+    def build_request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> httpx.Request:
+        if isinstance(url, str):
+            try:
+                check_raw_url(url)
+            except FormationRefused:
+                raise FormationRefused(self._request_or_none(method, url)) from None
+        return super().build_request(method, url, **kwargs)
+
+    def _request_or_none(self, method: str, url: str) -> httpx.Request | None:
+        """The refused request, for the exception's ``request``, when httpx can parse it."""
+        try:
+            return super().build_request(method, url)
+        except (httpx.InvalidURL, ValueError, TypeError):
+            return None

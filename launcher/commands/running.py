@@ -1,0 +1,116 @@
+"""``mur run``, ``mur stop``, ``mur ps``, ``mur send`` and ``mur trace show``: parsing only.
+
+The work is in ``launcher.member`` (one member), ``launcher.formation`` (a roster),
+``launcher.operator`` (stop, ps, send, trace), imported when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    _register_run(subparsers)
+    _register_stop(subparsers)
+    _register_ps(subparsers)
+    _register_send(subparsers)
+    _register_trace(subparsers)
+
+
+def _register_run(subparsers: Any) -> None:
+    run = subparsers.add_parser(
+        "run",
+        help="run one capsule as a member (--capsule) or a whole formation (--roster)",
+        description=(
+            "Run one installed capsule behind its A2A door (--capsule NAME "
+            "--capsule-version V), or admit the project's roster.yaml and launch the "
+            "whole formation (--roster). With --task the run does that one task, prints "
+            "its result and exits with its status; without it, the door takes tasks "
+            "until `mur stop`, a signal or --deadline."
+        ),
+    )
+    mode = run.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--roster", action="store_true",
+                      help="launch the formation declared by roster.yaml in --project")
+    mode.add_argument("--capsule", metavar="NAME",
+                      help="the installed capsule to run, e.g. local/coder")
+    run.add_argument("--capsule-version", metavar="V",
+                     help="the exact installed version of --capsule")
+    run.add_argument("--capsule-sha256", metavar="HEX",
+                     help="refuse (E-RUN-047) unless the installed artifact has this sha256")
+    run.add_argument("--project", metavar="DIR", default=".",
+                     help="the project whose stores, lock and roster are read (default: .)")
+    run.add_argument("--task", metavar="TEXT|FILE",
+                     help="run this one task (a path to an existing file is read) and exit")
+    run.add_argument("--deadline", metavar="WHEN",
+                     help="end by this moment: a duration from now (90s, 10m, 2h) or an "
+                          "ISO-8601 UTC time")
+    run.add_argument("--lifecycle-task-acceptance", choices=("single", "queue"),
+                     help="override the manifest's lifecycle.task_acceptance")
+    run.add_argument("--lifecycle-after-task", choices=("exit", "sleep"),
+                     help="override the manifest's lifecycle.after_task")
+    run.add_argument("--resume", metavar="SESSION",
+                     help="continue an earlier session's conversation (not with --roster)")
+    run.add_argument("--json", action="store_true",
+                     help="print the readiness / formation line as one JSON object")
+    run.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.roster:
+        from launcher import formation
+        return formation.main(args)
+    from launcher import member
+    return member.main(args)
+
+
+def _register_stop(subparsers: Any) -> None:
+    stop = subparsers.add_parser(
+        "stop", help="stop a formation (its launcher) or one session",
+        description="Stop a running formation by its frm_ id (its launcher ends every "
+                    "member) or one session by its ses_ id.")
+    stop.add_argument("id", metavar="ID", help="a formation id (frm_...) or session id (ses_...)")
+    stop.add_argument("--json", action="store_true", help="print the result as JSON")
+    stop.set_defaults(handler=_operator("stop"))
+
+
+def _register_ps(subparsers: Any) -> None:
+    ps = subparsers.add_parser(
+        "ps", help="list running formations and sessions",
+        description="List running formations with their members, and standalone sessions, "
+                    "from the running records (stale records are pruned).")
+    ps.add_argument("--json", action="store_true", help="print one JSON document")
+    ps.set_defaults(handler=_operator("ps"))
+
+
+def _register_send(subparsers: Any) -> None:
+    send = subparsers.add_parser(
+        "send", help="send a task to a formation's entry door or a session's door",
+        description="The operator's client: send TEXT as a task to the entry member's door "
+                    "of a formation (frm_...), a session (ses_...) or a door URL, with "
+                    "that session's operator token; stream its status and print the answer.")
+    send.add_argument("target", metavar="TARGET", help="frm_..., ses_... or http://127.0.0.1:PORT")
+    send.add_argument("text", metavar="TEXT", help="the task")
+    send.add_argument("--json", action="store_true", help="print the final task as JSON")
+    send.set_defaults(handler=_operator("send"))
+
+
+def _register_trace(subparsers: Any) -> None:
+    trace = subparsers.add_parser("trace", help="read trace records")
+    trace_sub = trace.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
+    show = trace_sub.add_parser(
+        "show", help="print a formation's or a session's trace",
+        description="Print the trace records of every member of a formation, merged in "
+                    "time order, or of one session.")
+    show.add_argument("id", metavar="ID", help="a formation id (frm_...) or session id (ses_...)")
+    show.add_argument("--json", action="store_true", help="print the raw records, one a line")
+    show.set_defaults(handler=_operator("trace_show"))
+
+
+def _operator(name: str) -> Any:
+    def handler(args: argparse.Namespace) -> int:
+        from launcher import operator
+        result: int = getattr(operator, name)(args)
+        return result
+    return handler

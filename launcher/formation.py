@@ -1,0 +1,638 @@
+"""``mur run --roster``: the launcher, the reference's seven steps and how a formation ends.
+
+1. Admit ``roster.yaml`` (a refusal starts nothing).
+2. Mint the formation id and its Ed25519 signing key; the key lives only in this
+   process's memory and is dropped when the formation ends.
+3. Make ``formations/<id>/`` with its ``formation.json`` marker, then every peer's own
+   directory (an existing one is ``E-RUN-045`` and nothing starts), then start every peer
+   at once, each in a process group of its own, its channel already holding its
+   credentials.
+4. Wait for each peer's door (:mod:`launcher.formation_ready`).
+5. Send each calling peer its callees' door URLs.
+6. Start the entry member last, in the launcher's process group and the project
+   directory, with the lifecycle the launch sets; print the formation line.
+7. End: when the entry member ends, on SIGINT/SIGTERM/SIGHUP, when a peer does not come
+   up, or at ``--deadline``, close the lifelines (never SIGTERM a member), SIGKILL the
+   group of any member still running 25 s later, drop the key, run retention, remove the
+   running record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway.tokens import FormationKey
+from launcher.channel import PEERS_ENV, ChannelRefused, refuse_roster_inside_formation
+from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit, redact
+from launcher.durations import parse_duration
+from launcher.formation_members import LaunchedMember, close_quietly, start_member
+from launcher.formation_output import formation_line, render_table
+from launcher.formation_ready import (
+    DeadlineFell,
+    NotReady,
+    describe_exit,
+    new_probe_client,
+    read_ready_line,
+    ready_seconds,
+    wait_for_door,
+)
+from launcher.hostcheck import host_diagnostics
+from launcher.ids import new_formation_id
+from launcher.process import PIPE, drain, forward_lines, process_start_time
+from launcher.records import (
+    PeerDirectoryExists,
+    RunningRecord,
+    format_no_marker_warning,
+    format_removal,
+    make_formation_dir,
+    make_peer_dir,
+    now_iso,
+    peer_workdir,
+    remove_running,
+    retention_pass,
+    write_formation_marker,
+    write_running,
+)
+from launcher.roster import AdmittedRoster, admit
+
+if TYPE_CHECKING:
+    import httpx  # the probe client's type: httpx is imported once the peers started
+
+#: A member still running this long after its lifeline closed is killed (its group).
+KILL_AFTER = 25.0
+#: After the deadline, members end themselves; the launcher closes what is left this
+#: much later, so that none of them mistakes the deadline for the formation's end.
+DEADLINE_GRACE = 1.0
+#: How long output still trickling from an ended member is waited for.
+OUTPUT_GRACE = 2.0
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Outcome(enum.Enum):
+    REFUSED = "refused"                  # E-RUN-045 printed; nothing left running
+    DEADLINE_BEFORE_ENTRY = "deadline"   # E-RUN-053 printed
+    SIGNALLED = "signalled"
+    ENTRY_ENDED = "entry_ended"
+    ENTRY_NOT_READY = "entry_not_ready"  # E-RUN-045 printed for the entry member
+    DEADLINE_RUNNING = "deadline_running"
+
+
+def _say(text: str) -> None:
+    """One line on stderr. A stderr nobody reads any more (the terminal hung up) never
+    stops the launcher from ending its formation."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=sys.stderr, flush=True)
+
+
+def _report(diag: Diagnostic) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        emit(diag, sys.stderr)
+
+
+def _usage(message: str) -> int:
+    _say(f"mur run: {message}")
+    return 2
+
+
+def format_deadline(moment: datetime) -> str:
+    """An absolute deadline as handed to every member: ISO-8601 UTC with a ``Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_deadline(text: str, now: datetime) -> datetime:
+    """``--deadline``: a duration from ``now`` (``90s``, ``10m``) or an ISO-8601 time
+    (UTC when it names no offset). ValueError with a sentence for anything else."""
+    try:
+        return now + timedelta(seconds=parse_duration(text))
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        raise ValueError(f"--deadline `{text[:64]}` is neither a duration (90s, 10m, 2h) nor "
+                         "an ISO-8601 time such as 2026-10-23T21:44:57Z") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def exit_status(code: int) -> int:
+    """A child's ``returncode`` as a shell reports it (a signal ``n`` is ``128 + n``)."""
+    return 128 - code if code < 0 else code
+
+
+def resolve_task(task: str) -> str:
+    """A ``--task`` naming a file relative to the launcher's directory names the same
+    file for the entry member, which runs in the project directory."""
+    if os.path.isfile(task) and not os.path.isabs(task):
+        return os.path.abspath(task)
+    return task
+
+
+def reach_warnings(admitted: AdmittedRoster) -> list[Diagnostic]:
+    """``W-RUN-008`` for every member that may call others but whose network grant
+    reaches no loopback door."""
+    warnings = []
+    for member in admitted.members:
+        callees = admitted.callees(member.name)
+        if not callees:
+            continue
+        from gateway.proxy import egress_reaches_loopback  # only for a roster with edges
+
+        try:
+            reaches = egress_reaches_loopback(member.manifest.capabilities.network.allow)
+        except ValueError:
+            reaches = False
+        if not reaches:
+            warnings.append(diagnostic(
+                "W-RUN-008", member.field("capsule"), member=member.name,
+                callees=", ".join(f"`{name}`" for name in callees), capsule=member.capsule))
+    return warnings
+
+
+def main(args: argparse.Namespace) -> int:
+    """``mur run --roster``; the exit status."""
+    if args.resume:
+        return _usage("--roster cannot --resume a session: a formation is never resumed; "
+                      "launch it again, as a new formation")
+    for flag in ("capsule_version", "capsule_sha256", "lifecycle_task_acceptance",
+                 "lifecycle_after_task"):
+        if getattr(args, flag, None):
+            return _usage(f"--{flag.replace('_', '-')} is not taken with --roster: the "
+                          "launcher sets it for each member")
+    try:
+        refuse_roster_inside_formation(os.environ)
+        if PEERS_ENV in os.environ:
+            raise ChannelRefused("peers_in_environment", f"{PEERS_ENV} is set in mur run's "
+                                 "own environment; the runtime sets it for components only",
+                                 path=PEERS_ENV)
+    except DiagnosticError as refusal:
+        _report(refusal.diagnostic)
+        return 1
+    project = Path(args.project)
+    if not project.is_dir():
+        return _usage(f"--project {args.project} is not a directory")
+    started = datetime.now(UTC)
+    deadline = None
+    if args.deadline is not None:
+        try:
+            deadline = parse_deadline(args.deadline, started)
+        except ValueError as exc:
+            return _usage(str(exc))
+    try:
+        admitted = admit(project)
+    except DiagnosticError as refusal:
+        _report(refusal.diagnostic)
+        return 1
+    for warning in [*admitted.warnings, *host_diagnostics(os.environ),
+                    *reach_warnings(admitted)]:
+        _report(warning)
+    launch = Launch(admitted, task=None if args.task is None else resolve_task(args.task),
+                    deadline=deadline, json_mode=bool(args.json), environ=dict(os.environ))
+    try:
+        return asyncio.run(launch.run())
+    except Exception as exc:  # noqa: BLE001 - no traceback reaches a user
+        _say(f"mur run: the launcher failed ({type(exc).__name__}: {redact(str(exc))})")
+        return 1
+
+
+class Launch:
+    """One launch of an admitted roster: a new formation."""
+
+    def __init__(self, admitted: AdmittedRoster, *, task: str | None,
+                 deadline: datetime | None, json_mode: bool,
+                 environ: Mapping[str, str]) -> None:
+        self.admitted = admitted
+        self.task = task
+        self.deadline = deadline
+        self.json_mode = json_mode
+        self.environ = dict(environ)
+        self.formation_id = new_formation_id()
+        self._key: FormationKey | None = FormationKey.generate()
+        self.members: dict[str, LaunchedMember] = {}
+        self.signal: int | None = None
+        self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._deadline_at: float | None = None
+        self._record: RunningRecord | None = None
+        self._ready_seconds = ready_seconds(self.environ)
+
+    # --- the whole launch ---------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in _SIGNALS:
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        if self.deadline is not None:
+            left = (self.deadline - datetime.now(UTC)).total_seconds()
+            self._deadline_at = loop.time() + left
+        self._write_record()
+        outcome = Outcome.REFUSED
+        try:
+            outcome = await self._launch()
+        finally:
+            await self._end()
+            self._key = None  # the formation is over: no token can be minted again
+            self._retention()
+            remove_running(self.formation_id)
+            for signum in _SIGNALS:
+                loop.remove_signal_handler(signum)
+        return self._exit_code(outcome)
+
+    def _on_signal(self, signum: int) -> None:
+        if self.signal is None:
+            self.signal = signum
+            self._stop.set()
+        else:  # a second signal: stop waiting for members to wind down
+            self._hurry.set()
+
+    def _exit_code(self, outcome: Outcome) -> int:
+        entry = self.members.get(self.admitted.entry.name)
+        code = entry.process.returncode if entry is not None else None
+        status = None if code is None else exit_status(code)
+        if outcome is Outcome.ENTRY_ENDED and status is not None:
+            return status
+        if outcome is Outcome.SIGNALLED:
+            signalled = 128 + (self.signal or signal.SIGTERM)
+            if status is None or (self.task is not None and status == 0):
+                return signalled  # a --task that was interrupted did not succeed
+            return status
+        if outcome in (Outcome.ENTRY_NOT_READY, Outcome.DEADLINE_RUNNING):
+            return status if status else 1
+        return 1
+
+    async def _launch(self) -> Outcome:
+        peers = self.admitted.peers
+        if self._deadline_passed():
+            self._deadline_diagnostic()
+            return Outcome.DEADLINE_BEFORE_ENTRY
+        if peers:
+            refused = self._make_directories()
+            if refused is not None:
+                _report(diagnostic("E-RUN-045", refused.member, member=refused.member,
+                                problem=refused.problem))
+                return Outcome.REFUSED
+            outcome = await self._start_peers()
+            if outcome is not None:
+                return outcome
+        return await self._run_entry()
+
+    # --- step 3: directories and peers ---------------------------------------------------
+
+    def _make_directories(self) -> NotReady | None:
+        """The formation directory, its marker, then every peer's directory, all before
+        any peer starts. A refusal names the peer whose directory could not be made."""
+        first = self.admitted.peers[0].name
+        try:
+            make_formation_dir(self.formation_id)
+        except OSError as exc:
+            return NotReady(first, f"the formation directory could not be made "
+                                   f"({exc.strerror or exc})")
+        try:
+            write_formation_marker(self.formation_id,
+                                   project_dir=self.admitted.project_dir,
+                                   launcher_pid=os.getpid(),
+                                   launcher_start=process_start_time(os.getpid()))
+        except OSError as exc:
+            _say(format_no_marker_warning(exc.strerror or str(exc)))
+        for peer in self.admitted.peers:
+            try:
+                make_peer_dir(self.formation_id, peer.name)
+            except PeerDirectoryExists as exc:
+                return NotReady(peer.name, f"its directory {exc.path} already exists, and a "
+                                           "formation never reuses a directory")
+            except OSError as exc:
+                return NotReady(peer.name, f"its directory "
+                                           f"{peer_workdir(self.formation_id, peer.name)} "
+                                           f"could not be made ({exc.strerror or exc})")
+        return None
+
+    def _start(self, name: str, *, doors: Mapping[str, str] | None, extra: list[str],
+               workdir: Path, own_group: bool) -> LaunchedMember:
+        assert self._key is not None
+        member = start_member(
+            self.admitted.member(name), key=self._key, formation_id=self.formation_id,
+            callees=self.admitted.callees(name), doors=doors, workdir=workdir,
+            project_dir=self.admitted.project_dir,
+            deadline=None if self.deadline is None else format_deadline(self.deadline),
+            extra=extra, environ=self.environ, own_group=own_group,
+            started_at=asyncio.get_running_loop().time(),
+            stderr=PIPE if own_group else None)
+        self.members[name] = member
+        return member
+
+    async def _start_peers(self) -> Outcome | None:
+        failures: list[NotReady] = []
+        for peer in self.admitted.peers:
+            try:
+                member = self._start(peer.name, doors=None, extra=[], own_group=True,
+                                     workdir=peer_workdir(self.formation_id, peer.name))
+            except OSError as exc:
+                failures.append(NotReady(peer.name, f"it could not be started "
+                                                    f"({exc.strerror or exc})"))
+                break
+            reader = await member.process.stderr_reader()
+            member.helpers.append(asyncio.create_task(
+                forward_lines(reader, member.name, sys.stderr)))
+        if not failures:
+            outcome = await self._await_peers(failures)
+            if outcome is not None:
+                return outcome
+        if failures:
+            for failure in failures:
+                _report(diagnostic("E-RUN-045", failure.member, member=failure.member,
+                                problem=failure.problem))
+            return Outcome.REFUSED
+        self._hand_out_doors()
+        return None
+
+    # --- step 4: readiness --------------------------------------------------------------
+
+    def _limit(self, started_at: float) -> tuple[float, bool]:
+        """(until, bound by the deadline) for a member started at ``started_at``."""
+        until = started_at + self._ready_seconds
+        if self._deadline_at is not None and self._deadline_at <= until:
+            return self._deadline_at, True
+        return until, False
+
+    async def _peer_ready(self, member: LaunchedMember, client: httpx.AsyncClient) -> None:
+        until, by_deadline = self._limit(member.started_at)
+        reader = await member.process.stdout_reader()
+        try:
+            ready = await read_ready_line(
+                member.process, reader, member=member.name, formation_id=self.formation_id,
+                until=until, deadline_bound=by_deadline, limit_seconds=self._ready_seconds)
+            member.ready = ready
+            member.helpers.append(asyncio.create_task(drain(reader)))
+            await wait_for_door(client, member.process, ready, until=until,
+                                deadline_bound=by_deadline)
+        except (NotReady, DeadlineFell, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any other fault is this member's failure
+            raise NotReady(member.name, f"its readiness could not be checked "
+                                        f"({type(exc).__name__})") from None
+
+    async def _await_peers(self, failures: list[NotReady]) -> Outcome | None:
+        """Wait for every peer's door; None when all are ready. Failures are appended."""
+        client = new_probe_client()
+        waits = {asyncio.create_task(self._peer_ready(member, client)): member
+                 for member in self.members.values()}
+        stopper = asyncio.create_task(self._stop.wait())
+        deadline_fell = False
+        try:
+            pending = set(waits)
+            while pending:
+                done, _ = await asyncio.wait(pending | {stopper},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if stopper in done:
+                    return Outcome.SIGNALLED
+                pending -= done
+                for task in done:
+                    error = task.exception()
+                    if isinstance(error, DeadlineFell):
+                        deadline_fell = True
+                    elif isinstance(error, NotReady):
+                        failures.append(error)
+                if failures or deadline_fell:
+                    break
+        finally:
+            stopper.cancel()
+            for task in waits:
+                task.cancel()
+            await asyncio.gather(stopper, *waits, return_exceptions=True)
+            await client.aclose()
+        if deadline_fell and not failures:
+            self._deadline_diagnostic()
+            return Outcome.DEADLINE_BEFORE_ENTRY
+        return None
+
+    def _deadline_passed(self) -> bool:
+        return (self._deadline_at is not None
+                and asyncio.get_running_loop().time() >= self._deadline_at)
+
+    def _deadline_diagnostic(self) -> None:
+        assert self.deadline is not None
+        _report(diagnostic("E-RUN-053", None, subject=f"formation {self.formation_id}",
+                        deadline=format_deadline(self.deadline)))
+
+    # --- step 5: addresses --------------------------------------------------------------
+
+    def _doors_of(self, name: str) -> dict[str, str]:
+        doors = {}
+        for callee in self.admitted.callees(name):
+            ready = self.members[callee].ready
+            assert ready is not None
+            doors[callee] = ready.door_url
+        return doors
+
+    async def _watch_peer(self, member: LaunchedMember) -> None:
+        """Say so when a ready peer ends while the formation still runs: calls to it
+        fail from then on, and the lines behind its name above say why."""
+        code = await member.process.wait_async()
+        if member.lifeline_closed_at is None:
+            _say(f"[mur run] warning: member `{member.name}` ended with "
+                 f"{describe_exit(code)} while the formation runs; calls to it fail")
+
+    def _hand_out_doors(self) -> None:
+        for member in self.members.values():
+            member.helpers.append(asyncio.create_task(self._watch_peer(member)))
+            doors = self._doors_of(member.name)
+            if doors:
+                with contextlib.suppress(OSError, ValueError):  # it already exited
+                    member.channel.write_doors(doors)
+            member.close_channel()
+
+    # --- step 6: the entry member -------------------------------------------------------
+
+    def _entry_flags(self) -> list[str]:
+        if self.task is not None:
+            return ["--lifecycle-task-acceptance", "single", "--lifecycle-after-task", "exit",
+                    "--task", self.task]
+        return ["--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep"]
+
+    async def _run_entry(self) -> Outcome:
+        entry = self.admitted.entry
+        if self._stop.is_set():
+            return Outcome.SIGNALLED
+        if self._deadline_passed():
+            self._deadline_diagnostic()
+            return Outcome.DEADLINE_BEFORE_ENTRY
+        try:
+            member = self._start(entry.name, doors=self._doors_of(entry.name),
+                                 extra=self._entry_flags(), own_group=False,
+                                 workdir=self.admitted.project_dir)
+        except OSError as exc:
+            _report(diagnostic("E-RUN-045", entry.name, member=entry.name,
+                            problem=f"it could not be started ({exc.strerror or exc})"))
+            return Outcome.REFUSED
+        member.close_channel()
+        reader = await member.process.stdout_reader()
+        until, by_deadline = self._limit(member.started_at)
+        if by_deadline:
+            until += DEADLINE_GRACE  # the entry member reaches the deadline itself
+        reading = asyncio.create_task(read_ready_line(
+            member.process, reader, member=entry.name, formation_id=self.formation_id,
+            until=until, deadline_bound=by_deadline, limit_seconds=self._ready_seconds))
+        stopper = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({reading, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if not reading.done():
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+            return Outcome.SIGNALLED
+        error = reading.exception()
+        if isinstance(error, DeadlineFell):
+            self._deadline_diagnostic()
+            return Outcome.DEADLINE_RUNNING
+        if isinstance(error, NotReady):
+            _report(diagnostic("E-RUN-045", entry.name, member=entry.name,
+                            problem=error.problem))
+            return Outcome.ENTRY_NOT_READY
+        if error is not None:
+            raise error
+        member.ready = reading.result()
+        self._announce()
+        member.helpers.append(asyncio.create_task(self._copy_result(reader)))
+        return await self._serve(member)
+
+    def _announce(self) -> None:
+        line = formation_line(self.formation_id, self.admitted.project_dir,
+                              list(self.members.values()))
+        stream, text = ((sys.stdout, json.dumps(line) + "\n") if self.json_mode
+                        else (sys.stderr, render_table(line)))
+        with contextlib.suppress(OSError, ValueError):  # nobody reads it: run anyway
+            stream.write(text)
+            stream.flush()
+        entry = self.members[self.admitted.entry.name]
+        if self._record is not None and entry.ready is not None:
+            self._record = dataclasses.replace(
+                self._record, member=entry.name, door_url=entry.ready.door_url,
+                records_dir=str(entry.ready.records_dir))
+            self._save_record()
+
+    async def _copy_result(self, reader: asyncio.StreamReader) -> None:
+        """The entry member's stdout after its readiness line: its result."""
+        out = sys.stdout.buffer
+        writable = True
+        while chunk := await reader.read(65536):
+            if not writable:
+                continue
+            try:
+                out.write(chunk)
+                out.flush()
+            except (OSError, ValueError):
+                writable = False  # nobody reads our stdout any more; keep draining
+
+    async def _serve(self, entry: LaunchedMember) -> Outcome:
+        """Wait for the entry member to end, a signal, or the deadline to have fallen."""
+        loop = asyncio.get_running_loop()
+        ended = asyncio.create_task(entry.process.wait_async())
+        stopper = asyncio.create_task(self._stop.wait())
+        waits: set[asyncio.Future[Any]] = {ended, stopper}
+        timer = None
+        if self._deadline_at is not None:
+            timer = asyncio.create_task(
+                asyncio.sleep(max(0.0, self._deadline_at + DEADLINE_GRACE - loop.time())))
+            waits.add(timer)
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                if task is not ended:
+                    task.cancel()
+        if ended in done:
+            return Outcome.ENTRY_ENDED
+        ended.cancel()
+        await asyncio.gather(ended, return_exceptions=True)
+        if stopper in done:
+            return Outcome.SIGNALLED
+        self._deadline_diagnostic()
+        return Outcome.DEADLINE_RUNNING
+
+    # --- step 7: the end ----------------------------------------------------------------
+
+    async def _end(self) -> None:
+        """Close every lifeline, wait for every member, kill what outlives the grace."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for member in self.members.values():
+            member.close_lifeline(now)
+            member.close_channel()
+        await asyncio.gather(*(self._reap(member) for member in self.members.values()))
+        helpers = [task for member in self.members.values() for task in member.helpers
+                   if isinstance(task, asyncio.Task)]
+        if helpers:
+            _, late = await asyncio.wait(helpers, timeout=OUTPUT_GRACE)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+        for member in self.members.values():
+            close_quietly(member)
+
+    async def _reap(self, member: LaunchedMember) -> None:
+        if member.process.returncode is not None:
+            return
+        loop = asyncio.get_running_loop()
+        closed_at = member.lifeline_closed_at or loop.time()
+        ended = asyncio.create_task(member.process.wait_async())
+        hurry = asyncio.create_task(self._hurry.wait())
+        try:
+            await asyncio.wait({ended, hurry}, timeout=max(0.0, closed_at + KILL_AFTER
+                                                           - loop.time()),
+                                return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurry.cancel()
+        if not ended.done():
+            member.process.kill_group()
+            _say(f"[mur run] member `{member.name}` was still running "
+                 f"{KILL_AFTER:g} seconds after its lifeline closed; killed it")
+        await ended
+
+    def _retention(self) -> None:
+        retain = self.admitted.entry.manifest.trace.retain
+        if retain.max_sessions is None and retain.max_age is None:
+            return
+        try:
+            removals = retention_pass(
+                project_dir=self.admitted.project_dir,
+                current_formation_id=self.formation_id,
+                max_sessions=retain.max_sessions,
+                max_age=None if retain.max_age is None else timedelta(seconds=retain.max_age))
+        except OSError as exc:
+            _say(f"[mur run] warning: the retention pass failed ({exc.strerror or exc})")
+            return
+        for removal in removals:
+            _say(format_removal(removal))
+
+    # --- the running record --------------------------------------------------------------
+
+    def _write_record(self) -> None:
+        pid = os.getpid()
+        self._record = RunningRecord(
+            id=self.formation_id, pid=pid, start=process_start_time(pid), kind="launcher",
+            formation_id=self.formation_id, member=self.admitted.entry.name,
+            project_dir=str(self.admitted.project_dir), started=now_iso())
+        self._save_record()
+
+    def _save_record(self) -> None:
+        if self._record is None:
+            return
+        try:
+            write_running(self._record)
+        except OSError as exc:
+            _say(f"[mur run] warning: cannot write the running record of formation "
+                 f"{self.formation_id} ({exc.strerror or exc}); `mur stop` and `mur ps` "
+                 "will not find it")

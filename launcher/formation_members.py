@@ -1,0 +1,163 @@
+"""Starting one member of a formation: its argv, its environment, its two pipes.
+
+Every member is ``mur run --capsule C --capsule-version V --capsule-sha256 H --project P
+--json`` (plus ``--deadline`` and, for the entry member, the lifecycle the launch sets),
+started with exactly two inherited descriptors besides 0, 1 and 2: the read end of its
+formation channel, which already holds its credentials, and the read end of its
+lifeline. Both numbers are in its environment; no token ever is, nor in its argv.
+
+``MURMUR_TEST_MEMBER_ARGV_PREFIX`` is a test-only hook: when set (a shell-quoted
+command), it replaces ``python -m launcher.cli`` in front of ``run ...``, so tests can put
+a misbehaving member in a formation. It is never passed on to a member.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.tokens import FormationKey
+from launcher.channel import CHANNEL_ENV, FORMATION_ENV, PEERS_ENV, ChannelWriter
+from launcher.formation_ready import READY_SECONDS_ENV, Ready
+from launcher.hostcheck import mark_reported
+from launcher.process import (
+    DEVNULL,
+    LIFELINE_ENV,
+    PIPE,
+    ChildPipe,
+    ManagedProcess,
+    make_channel_pipe,
+    make_lifeline_pipe,
+)
+from launcher.records import home
+from launcher.roster import AdmittedMember
+
+ARGV_PREFIX_ENV = "MURMUR_TEST_MEMBER_ARGV_PREFIX"
+#: Variables of the launcher's own environment a member never inherits: the formation's
+#: are set afresh for each member, the test hooks stay with the launcher.
+_NOT_INHERITED = (FORMATION_ENV, CHANNEL_ENV, LIFELINE_ENV, PEERS_ENV, ARGV_PREFIX_ENV,
+                  READY_SECONDS_ENV)
+
+
+def mur_command(environ: Mapping[str, str]) -> list[str]:
+    """How a member's ``mur`` is run: this interpreter's ``-m launcher.cli``, or the
+    test-only prefix."""
+    prefix = environ.get(ARGV_PREFIX_ENV)
+    if prefix:
+        return shlex.split(prefix)
+    return [sys.executable, "-m", "launcher.cli"]
+
+
+def member_argv(member: AdmittedMember, *, project_dir: Path, deadline: str | None,
+                extra: Sequence[str] = (), environ: Mapping[str, str]) -> list[str]:
+    argv = [*mur_command(environ), "run", "--capsule", member.capsule,
+            "--capsule-version", member.version, "--capsule-sha256", member.sha256,
+            "--project", str(project_dir), "--json"]
+    if deadline is not None:
+        argv += ["--deadline", deadline]
+    return argv + list(extra)
+
+
+def member_env(base: Mapping[str, str], *, formation_id: str, channel_fd: int,
+               lifeline_fd: int) -> dict[str, str]:
+    env = {name: value for name, value in base.items() if name not in _NOT_INHERITED}
+    # Members run in other directories: a relative MURMUR_HOME would name another home.
+    env["MURMUR_HOME"] = str(home())
+    env[FORMATION_ENV] = formation_id
+    env[CHANNEL_ENV] = str(channel_fd)
+    env[LIFELINE_ENV] = str(lifeline_fd)
+    mark_reported(env)
+    return env
+
+
+def mint_tokens(key: FormationKey, *, formation_id: str, caller: str,
+                callees: Sequence[str]) -> dict[str, str]:
+    """One formation token for each member ``caller`` may call, in roster order."""
+    return {callee: key.mint(formation=formation_id, caller=caller, callee=callee)
+            for callee in callees}
+
+
+@dataclass(eq=False)
+class LaunchedMember:
+    """A started member and the launcher's ends of its pipes."""
+
+    spec: AdmittedMember
+    workdir: Path
+    process: ManagedProcess
+    lifeline: ChildPipe
+    channel: ChannelWriter
+    started_at: float
+    ready: Ready | None = None
+    lifeline_closed_at: float | None = None
+    helpers: list[object] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def entry(self) -> bool:
+        return self.spec.entry
+
+    def close_lifeline(self, now: float) -> None:
+        """End the formation for this member (idempotent; the first close counts)."""
+        if self.lifeline_closed_at is None:
+            self.lifeline_closed_at = now
+        self.lifeline.close_parent_end()
+
+    def close_channel(self) -> None:
+        self.channel.close()
+
+
+def start_member(member: AdmittedMember, *, key: FormationKey, formation_id: str,
+                 callees: Sequence[str], doors: Mapping[str, str] | None, workdir: Path,
+                 project_dir: Path, deadline: str | None, extra: Sequence[str],
+                 environ: Mapping[str, str], own_group: bool, started_at: float,
+                 stderr: int | None) -> LaunchedMember:
+    """Write ``member``'s credentials (and ``doors``, for the entry member) on a fresh
+    channel, then start it in ``workdir``. Raises OSError when it cannot be started; its
+    pipes are closed then."""
+    channel = make_channel_pipe()
+    lifeline = make_lifeline_pipe()
+    writer = ChannelWriter(channel.parent_fd)
+    channel.parent_fd = -1  # the writer owns it now
+    try:
+        tokens = mint_tokens(key, formation_id=formation_id, caller=member.name,
+                             callees=callees)
+        writer.write_credentials(formation_id=formation_id, member=member.name,
+                                 key=key.public_bytes, tokens=tokens, entry=member.entry)
+        del tokens
+        if doors:
+            writer.write_doors(doors)
+        process = ManagedProcess.start(
+            member_argv(member, project_dir=project_dir, deadline=deadline, extra=extra,
+                        environ=environ),
+            cwd=workdir,
+            env=member_env(environ, formation_id=formation_id,
+                           channel_fd=channel.child_fd, lifeline_fd=lifeline.child_fd),
+            pass_fds=(channel.child_fd, lifeline.child_fd),
+            new_process_group=own_group,
+            stdin=DEVNULL, stdout=PIPE, stderr=stderr,
+            name=member.name, close_passed_fds=False,
+        )
+    except BaseException:
+        writer.close()
+        lifeline.close()
+        raise
+    finally:
+        channel.close_child_end()
+        lifeline.close_child_end()
+    return LaunchedMember(spec=member, workdir=workdir, process=process, lifeline=lifeline,
+                          channel=writer, started_at=started_at)
+
+
+def close_quietly(member: LaunchedMember) -> None:
+    """Close the launcher's pipes of a member that is gone."""
+    member.close_channel()
+    with contextlib.suppress(OSError):
+        member.lifeline.close_parent_end()
+    member.process.close_pipes()

@@ -1,0 +1,250 @@
+"""A member's door and its agent, built from the capsule's ``murmur.yaml``.
+
+* :func:`auth_policy`: ``network.authentication`` absent is a public door; present, the
+  door takes the session's operator token, the declared bearer tokens (read from the
+  environment variables the manifest names) and JWT issuers (key files inside the
+  capsule), and, when the member was handed a formation channel, formation tokens
+  issued for it (``FormationVerifier`` over the channel's key and formation id).
+* :func:`gate_config`: ``lifecycle`` with the ``--lifecycle-*`` overrides.
+* :func:`card_info`: what the agent card says.
+* :func:`agent_environment`: what every task is told (``task.env`` is
+  ``capabilities.env.allow`` plus ``MURMUR_FORMATION_PEERS``, never the runtime's own).
+* :class:`CallsSeam`: the formation proxy of this member and one ``MemberCalls`` per
+  running task, writing a ``member_call`` trace record for each call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gateway.agent_card import CardInfo, Skill
+from gateway.auth import AuthPolicy
+from gateway.call_member import CallHandle, MemberCalls, member_env, virtual_address
+from gateway.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
+from gateway.proxy import FormationTransport
+from gateway.tasks import GateConfig, TaskRun
+from gateway.tokens import FormationVerifier
+from gateway.trace_bus import TraceBus
+from launcher.capsule import AgentEnvironment
+from launcher.channel import DoorDirectory
+from launcher.diagnostics import DiagnosticError
+from launcher.manifest import Manifest
+from launcher.member_formation import FormationPlace
+from launcher.member_options import MemberOptions
+from launcher.member_outcome import CAPSULE_NOT_RUNNABLE, DOOR_CREDENTIALS, member_diagnostic
+
+# --------------------------------------------------------------------------- the door
+
+
+def auth_policy(manifest: Manifest, *, operator: OperatorToken, place: FormationPlace,
+                capsule_dir: Path, environ: Mapping[str, str], capsule: str) -> AuthPolicy:
+    """What the door accepts. Raises ``DiagnosticError`` (``E-RUN-042``) when a declared
+    credential cannot be set up; the text names the variable or file, never a token."""
+    authentication = manifest.network.authentication
+    if authentication is None:
+        return AuthPolicy()
+    try:
+        bearers = tuple(
+            DeclaredBearer.from_env(bearer.name, bearer.env, bearer.scopes, environ)
+            for bearer in authentication.bearer)
+        issuers = tuple(_issuer(issuer, capsule_dir) for issuer in authentication.jwt)
+    except CredentialError as exc:
+        raise DiagnosticError(member_diagnostic(
+            DOOR_CREDENTIALS, "network.authentication", capsule=capsule,
+            version=manifest.version, problem=str(exc))) from None
+    verifier = None
+    key = place.key
+    if key is not None and place.formation_id is not None:
+        verifier = FormationVerifier(key, place.formation_id)
+    return AuthPolicy(
+        authenticated=True, operator=operator, bearers=bearers, jwt_issuers=issuers,
+        verifier=verifier, member=place.member if verifier is not None else None,
+        accept_peer_tasks=manifest.serves_peers)
+
+
+def _issuer(issuer: Any, capsule_dir: Path) -> JwtIssuer:
+    if issuer.jwks_file is not None:
+        return JwtIssuer.from_jwks_file(issuer.name, issuer.issuer, issuer.audience,
+                                        issuer.algorithms, capsule_dir / issuer.jwks_file,
+                                        issuer.scopes)
+    return JwtIssuer.from_pem_file(issuer.name, issuer.issuer, issuer.audience,
+                                   issuer.algorithms, capsule_dir / issuer.pem_file,
+                                   issuer.scopes)
+
+
+def gate_config(manifest: Manifest, options: MemberOptions) -> GateConfig:
+    """``lifecycle`` with ``--lifecycle-task-acceptance`` / ``--lifecycle-after-task``."""
+    lifecycle = manifest.lifecycle
+    return GateConfig(
+        concurrency=lifecycle.concurrency,
+        queue_depth=lifecycle.queue_depth,
+        task_acceptance=options.task_acceptance or lifecycle.task_acceptance,
+        after_task=options.after_task or lifecycle.after_task,
+    )
+
+
+def idle_timeout(manifest: Manifest, options: MemberOptions,
+                 place: FormationPlace) -> int | None:
+    """``lifecycle.idle_timeout`` in seconds, or None. A ``--task`` session ends with its
+    task, and the entry member of a formation launched without ``--task`` runs with no
+    idle timeout (the reference's launch table)."""
+    if options.task is not None or place.entry:
+        return None
+    return manifest.lifecycle.idle_timeout
+
+
+def card_info(manifest: Manifest, *, session_id: str, place: FormationPlace,
+              door_url: str) -> CardInfo:
+    skills = tuple(Skill(id=skill.id, name=skill.name, description=skill.description,
+                         tags=tuple(skill.tags)) for skill in manifest.agent.skills)
+    return CardInfo(name=manifest.name, description=manifest.description or manifest.name,
+                    version=manifest.version, skills=skills, member=place.member,
+                    session_id=session_id, formation_id=place.formation_id,
+                    door_url=door_url)
+
+
+# --------------------------------------------------------------------------- the agent
+
+
+def task_env(manifest: Manifest, environ: Mapping[str, str],
+             callees: Iterable[str]) -> dict[str, str]:
+    """``task.env``: each variable ``capabilities.env.allow`` names that is set, then
+    ``MURMUR_FORMATION_PEERS`` (absent when the member may call nobody), which the
+    grant can neither supply nor replace."""
+    env = {name: environ[name] for name in manifest.capabilities.env.allow
+           if name in environ and name != "MURMUR_FORMATION_PEERS"}
+    env.update(member_env(tuple(callees)))
+    return env
+
+
+def agent_environment(manifest: Manifest, *, place: FormationPlace, env: Mapping[str, str],
+                      deadline: datetime | None, workdir: Path, home: Path,
+                      tmp: Path) -> AgentEnvironment:
+    return AgentEnvironment(member=place.member, formation_id=place.formation_id,
+                            deadline=deadline, workdir=workdir, home=home, tmp=tmp,
+                            env=dict(env), max_turns=manifest.inference.max_turns)
+
+
+def monotonic_deadline(deadline: datetime | None) -> float | None:
+    """``deadline`` on ``time.monotonic``'s clock (what ``MemberCalls`` counts with)."""
+    if deadline is None:
+        return None
+    return time.monotonic() + (deadline - datetime.now(UTC)).total_seconds()
+
+
+# --------------------------------------------------------------------------- calls
+
+#: The task whose agent code is running (set when its calls object is made, so agent
+#: code and every task it starts see it).
+_CURRENT_TASK: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "murmur_current_task", default=None)
+#: True inside the call-member client, whose requests are traced once per call.
+_IN_CALL_MEMBER: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "murmur_in_call_member", default=False)
+
+
+class TracedCalls(MemberCalls):
+    """``MemberCalls`` that writes one ``member_call`` record per call: the callee and
+    its virtual address, never its door URL or token."""
+
+    def __init__(self, transport: FormationTransport, *, trace: TraceBus, task_id: str,
+                 peers: tuple[str, ...], trust: str | None, deadline: float | None) -> None:
+        super().__init__(transport, peers=peers, trust=trust, deadline=deadline)
+        self._trace = trace
+        self._task_id = task_id
+
+    async def call_member(self, name: str, text: str) -> CallHandle:
+        if name in self.peers:
+            self._trace.emit("member_call", task_id=self._task_id, callee=name,
+                             url=virtual_address(name))
+        flag = _IN_CALL_MEMBER.set(True)
+        try:
+            return await super().call_member(name, text)
+        finally:
+            _IN_CALL_MEMBER.reset(flag)
+
+    async def cancel_outstanding(self) -> None:
+        flag = _IN_CALL_MEMBER.set(True)
+        try:
+            await super().cancel_outstanding()
+        finally:
+            _IN_CALL_MEMBER.reset(flag)
+
+
+class CallsSeam:
+    """This member's formation proxy (one pool) and the calls object of each task.
+
+    ``place`` gives the callees and their tokens; ``directory`` the callees' door URLs
+    as the channel delivers them. A member in no formation still gets ``task.http``
+    through the proxy, so its requests pass ``capabilities.network.allow``.
+    """
+
+    def __init__(self, *, manifest: Manifest, place: FormationPlace,
+                 directory: DoorDirectory, trace: TraceBus,
+                 deadline: datetime | None, capsule: str) -> None:
+        self._trace = trace
+        self._deadline = deadline
+        self.peers = place.callees
+        try:
+            self.transport = FormationTransport(
+                _FirstUse(bool(self.peers)), tokens=place.tokens, doors=directory,
+                allow=manifest.capabilities.network.allow, on_call=self._on_request)
+        except ValueError as exc:
+            raise DiagnosticError(member_diagnostic(
+                CAPSULE_NOT_RUNNABLE, "capabilities.network.allow", capsule=capsule,
+                version=manifest.version, problem=str(exc))) from None
+
+    def calls_for(self, run: TaskRun) -> TracedCalls:
+        """The calls object of one running task; its trust is the task's own."""
+        _CURRENT_TASK.set(run.id)
+        return TracedCalls(self.transport, trace=self._trace, task_id=run.id,
+                           peers=self.peers, trust=run.caller.trust,
+                           deadline=monotonic_deadline(self._deadline))
+
+    def _on_request(self, callee: str, url: str) -> None:
+        # call_member's own requests are traced once per call (TracedCalls); a request
+        # an agent sends to a member with task.http is traced here.
+        if not _IN_CALL_MEMBER.get():
+            self._trace.emit("member_call", task_id=_CURRENT_TASK.get(), callee=callee,
+                             url=url, via="http")
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+
+class _FirstUse(httpx.AsyncBaseTransport):
+    """The proxy's inner transport, made by its first request: a pool costs a member's
+    start more CPU than anything else it builds (httpx's loads the system's CA
+    certificates, aiohttp's imports aiohttp), and most members never send a request.
+    One event loop runs every request, so the pool is made once."""
+
+    def __init__(self, calls_members: bool) -> None:
+        self._calls_members = calls_members
+        self._inner: httpx.AsyncBaseTransport | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._inner is None:
+            self._inner = _inner_transport(self._calls_members)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        if self._inner is not None:
+            await self._inner.aclose()
+
+
+def _inner_transport(calls_members: bool) -> httpx.AsyncBaseTransport:
+    """aiohttp's pool for a member that calls others (measured faster, docs/proxy.md);
+    httpx's own for ``task.http`` alone, which keeps aiohttp's import off a member that
+    never calls anyone. Made by :class:`_FirstUse` on the first request."""
+    if calls_members:
+        from gateway.aiohttp_transport import default_inner_transport
+
+        return default_inner_transport()
+    return httpx.AsyncHTTPTransport()

@@ -1,0 +1,128 @@
+"""Where a ``mur run --capsule`` stands in a formation, read from its own environment.
+
+The reference's cases ("The formation channel", "A member started by hand", "Resuming a
+member's session"):
+
+* ``MURMUR_FORMATION_PEERS`` in ``mur run``'s own environment: refused, ``E-RUN-046``;
+* ``MURMUR_FORMATION_CHANNEL``: the first line is read before anything is staged, and
+  every case the reference lists is ``E-RUN-046`` (:func:`launcher.channel.read_credentials`);
+* ``MURMUR_FORMATION_LIFELINE``: adopted (made non-inheritable); one that is not an open
+  pipe is ``E-RUN-046`` too;
+* ``MURMUR_FORMATION_ID`` with no lifeline: a member started by hand, ``W-RUN-007`` once;
+* ``--resume``: no formation part at all, whatever the environment carries (the
+  ``MURMUR_FORMATION_PEERS`` refusal still holds).
+
+Afterwards the channel and lifeline variables are removed from this process's
+environment: their descriptors are not inherited, so a process the agent starts must not
+be told about them. ``MURMUR_FORMATION_ID`` stays, as a delegated child inherits it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+
+from launcher.channel import (
+    CHANNEL_ENV,
+    FORMATION_ENV,
+    PEERS_ENV,
+    ChannelCredentials,
+    ChannelRefused,
+    read_credentials,
+)
+from launcher.diagnostics import Diagnostic, diagnostic
+from launcher.ids import is_formation_id
+from launcher.process import LIFELINE_ENV, lifeline_from_env
+
+
+@dataclass(frozen=True)
+class FormationPlace:
+    """This member's formation parts. All empty for a session in no formation."""
+
+    formation_id: str | None = None
+    member: str | None = None
+    credentials: ChannelCredentials | None = None
+    lifeline: int | None = None
+    entry: bool = False
+    warnings: tuple[Diagnostic, ...] = field(default=())
+
+    @property
+    def callees(self) -> tuple[str, ...]:
+        """The members this one may call, in roster order (empty: nobody)."""
+        return self.credentials.callees if self.credentials is not None else ()
+
+    @property
+    def tokens(self) -> Mapping[str, str]:
+        return self.credentials.tokens if self.credentials is not None else {}
+
+    @property
+    def key(self) -> bytes | None:
+        return self.credentials.key if self.credentials is not None else None
+
+    @property
+    def verifies_tokens(self) -> bool:
+        """Whether its door verifies formation tokens: only a member handed a channel."""
+        return self.credentials is not None
+
+    def __repr__(self) -> str:
+        return (f"FormationPlace(formation_id={self.formation_id!r}, member={self.member!r}, "
+                f"callees={list(self.callees)!r}, lifeline={self.lifeline}, "
+                f"entry={self.entry})")
+
+
+def _refuse_peers(environ: Mapping[str, str]) -> None:
+    if PEERS_ENV in environ:
+        raise ChannelRefused("peers_in_environment", f"{PEERS_ENV} is set in mur run's own "
+                             "environment; the runtime sets it for components only",
+                             path=PEERS_ENV)
+
+
+def _lifeline(environ: Mapping[str, str]) -> int | None:
+    try:
+        return lifeline_from_env(environ)
+    except ValueError as exc:
+        raise ChannelRefused("not_open", str(exc), path=LIFELINE_ENV) from None
+
+
+def read_place(environ: Mapping[str, str], *, session_id: str, resume: bool = False,
+               channel_timeout: float = 10.0) -> FormationPlace:
+    """This member's formation parts; raises :class:`ChannelRefused` (``E-RUN-046``).
+
+    ``session_id`` names the session in ``W-RUN-007``'s hint.
+    """
+    _refuse_peers(environ)
+    if resume:
+        return FormationPlace()
+    credentials = read_credentials(environ, timeout=channel_timeout)
+    formation_id = environ.get(FORMATION_ENV) or None
+    if credentials is None and formation_id is None:
+        return FormationPlace()
+    lifeline = _lifeline(environ)
+    warnings: tuple[Diagnostic, ...] = ()
+    if lifeline is None:
+        # Started by hand: nothing winds it down when its formation ends.
+        shown = formation_id if formation_id is not None else ""
+        warnings = (diagnostic("W-RUN-007", FORMATION_ENV, formation=shown[:40],
+                               session=session_id),)
+    if credentials is not None:
+        return FormationPlace(formation_id=credentials.formation_id,
+                              member=credentials.member, credentials=credentials,
+                              lifeline=lifeline, entry=credentials.entry, warnings=warnings)
+    return FormationPlace(formation_id=formation_id if is_formation_id(formation_id) else None,
+                          lifeline=lifeline, warnings=warnings)
+
+
+def forget_descriptors(environ: MutableMapping[str, str]) -> None:
+    """Remove the channel and lifeline variables, once read, from ``environ``."""
+    for name in (CHANNEL_ENV, LIFELINE_ENV):
+        with contextlib.suppress(KeyError):
+            del environ[name]
+
+
+def close_place(place: FormationPlace) -> None:
+    """Close the lifeline (the channel belongs to the door directory once it runs)."""
+    if place.lifeline is not None:
+        with contextlib.suppress(OSError):
+            os.close(place.lifeline)

@@ -1,0 +1,133 @@
+"""``mur run --capsule``'s flags, checked: the usage errors (exit 2) of the member runtime.
+
+The parser (``launcher/commands/running.py``) only collects strings; this module turns
+them into a :class:`MemberOptions` or refuses with :class:`UsageError`, whose text names
+the flag and what it accepts. Nothing here touches a store, a record or a descriptor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+from launcher.durations import DURATION_FORMS, parse_duration
+from launcher.ids import is_session_id
+
+#: The longest ``--task`` file read (the door itself reads 1 MiB requests).
+MAX_TASK_BYTES = 16 * 1024 * 1024
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class UsageError(Exception):
+    """A flag ``mur run`` cannot use: printed as ``mur run: <text>``, exit status 2."""
+
+
+@dataclass(frozen=True)
+class MemberOptions:
+    """Everything the member runtime reads from its command line."""
+
+    capsule: str
+    version: str
+    sha256: str | None
+    project: Path
+    task: str | None
+    deadline: datetime | None
+    task_acceptance: Literal["single", "queue"] | None
+    after_task: Literal["exit", "sleep"] | None
+    resume: str | None
+    json: bool
+
+
+def parse_deadline(value: str, *, now: datetime | None = None) -> datetime:
+    """The moment ``--deadline`` names, in UTC.
+
+    A duration (``90s``, ``10m``, ``2h``, a whole number of seconds) counts from ``now``
+    (the member's start); anything else must be an ISO-8601 time, in UTC when it names
+    no zone, as the launcher passes the formation's one moment to every member.
+    """
+    text = value.strip()
+    start = now or datetime.now(UTC)
+    if text and (text[0].isdigit() and ("-" not in text and ":" not in text)):
+        try:
+            return start + timedelta(seconds=parse_duration(text))
+        except ValueError as exc:
+            raise UsageError(f"--deadline {exc}; write {DURATION_FORMS}, or an ISO-8601 "
+                             "UTC time such as 2026-01-02T03:04:05Z") from None
+    try:
+        moment = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--deadline `{text[:40]}` is neither a duration nor an ISO-8601 "
+                         f"time; write {DURATION_FORMS}, or a time such as "
+                         "2026-01-02T03:04:05Z") from None
+    if moment.tzinfo is None:  # the flag takes a UTC time: one without a zone is UTC
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def read_task(value: str) -> str:
+    """The text of ``--task``: the content of the file it names when it names an existing
+    regular file (relative to the current directory), else the value itself."""
+    path = Path(value)
+    try:
+        is_file = len(value) < 4096 and "\x00" not in value and path.is_file()
+    except OSError:
+        is_file = False
+    if not is_file:
+        if not value.strip():
+            raise UsageError("--task is empty; give the task's text, or a file holding it")
+        return value
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_TASK_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"--task {value}: the file cannot be read ({exc.strerror})") from None
+    if len(data) > MAX_TASK_BYTES:
+        raise UsageError(f"--task {value}: the file is larger than "
+                         f"{MAX_TASK_BYTES // 2**20} MiB")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UsageError(f"--task {value}: the file is not UTF-8 text") from None
+    if not text.strip():
+        raise UsageError(f"--task {value}: the file is empty; write the task in it")
+    return text
+
+
+def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> MemberOptions:
+    """Check the parsed flags of ``mur run --capsule``; :class:`UsageError` otherwise."""
+    capsule: str = args.capsule
+    version: str | None = getattr(args, "capsule_version", None)
+    if not version:
+        raise UsageError(f"--capsule {capsule} needs --capsule-version V, the exact installed "
+                         "version to run")
+    sha256: str | None = getattr(args, "capsule_sha256", None)
+    if sha256 is not None:
+        sha256 = sha256.strip().lower()
+        if not _SHA256.fullmatch(sha256):
+            raise UsageError("--capsule-sha256 must be 64 hex digits, the sha256 of the "
+                             "installed .mur.zip")
+    project = Path(getattr(args, "project", None) or ".")
+    if not project.is_dir():
+        raise UsageError(f"--project {project} is not a directory")
+    task_value: str | None = getattr(args, "task", None)
+    deadline_value: str | None = getattr(args, "deadline", None)
+    resume: str | None = getattr(args, "resume", None)
+    if resume is not None and not is_session_id(resume):
+        raise UsageError(f"--resume `{resume[:40]}` is not a session id (ses_ followed by "
+                         "32 lowercase hex digits); `mur ps` and `mur trace show` name them")
+    return MemberOptions(
+        capsule=capsule,
+        version=version,
+        sha256=sha256,
+        project=project,
+        task=read_task(task_value) if task_value is not None else None,
+        deadline=parse_deadline(deadline_value, now=now) if deadline_value else None,
+        task_acceptance=getattr(args, "lifecycle_task_acceptance", None),
+        after_task=getattr(args, "lifecycle_after_task", None),
+        resume=resume,
+        json=bool(getattr(args, "json", False)),
+    )

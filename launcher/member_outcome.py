@@ -1,0 +1,152 @@
+"""How a member's session ends: its causes, its exit status and code, its ``result.txt``.
+
+The reference's "How a formation ends" and DESIGN.md section 8 decide every row; the
+first cause wins and later ones change nothing:
+
+======================  ==================  ================================  =====
+cause                   a task was running  ``session_end.exit_status``, code  exit
+======================  ==================  ================================  =====
+first SIGTERM, or       yes                 ``canceled``, ``E-RUN-040``       1
+``murmur.StopSession``  no                  ``ok``                            0
+lifeline closed         yes                 ``formation_ended``               0
+                        no                  ``ok``                            0
+``--deadline``          either              ``deadline_reached``, E-RUN-053   1
+``--task`` ended        (its state)         ``ok`` / ``failed`` / ``canceled`` 0 / 1
+                                            / ``rejected``, ``E-RUN-041``
+``after_task: exit``,   no                  ``ok``                            0
+idle timeout
+a failure to start      either              ``failed``, its code              1
+======================  ==================  ================================  =====
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.a2a import TaskState
+from gateway.call_member import answer_text
+from launcher.diagnostics import Diagnostic, diagnostic
+
+TASK_NOT_COMPLETED = "E-RUN-041"
+DOOR_CREDENTIALS = "E-RUN-042"
+CAPSULE_NOT_RUNNABLE = "E-RUN-043"
+SESSION_NOT_STAGED = "E-RUN-044"
+
+def member_diagnostic(code: str, path: str | None = None, **values: object) -> Diagnostic:
+    """``code`` from the diagnostics table, filled with ``values``."""
+    return diagnostic(code, path, **values)
+
+
+class Cause(enum.Enum):
+    """Why the session ends."""
+
+    SIGNAL = "signal"
+    STOP_SESSION = "stop_session"
+    LIFELINE = "lifeline"
+    DEADLINE = "deadline"
+    TASK_DONE = "task"
+    AFTER_TASK = "after_task"
+    IDLE_TIMEOUT = "idle_timeout"
+    FAILURE = "failure"
+
+
+#: The status message of tasks canceled because the session ends this way: it is what
+#: ``result.txt``'s ``canceled:`` line says.
+CANCEL_REASONS: dict[Cause, str] = {
+    Cause.SIGNAL: "the session was stopped by a signal",
+    Cause.STOP_SESSION: "the session was stopped (murmur.StopSession)",
+    Cause.LIFELINE: "the formation ended",
+    Cause.DEADLINE: "the deadline was reached",
+    Cause.TASK_DONE: "the session's task ended",
+    Cause.AFTER_TASK: "the session ended after its task",
+    Cause.IDLE_TIMEOUT: "the session ended after its idle timeout",
+    Cause.FAILURE: "the session failed",
+}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The first cause, and the tasks that were running when it came."""
+
+    cause: Cause
+    running: tuple[str, ...] = ()
+    detail: str = ""
+    #: For ``Cause.FAILURE``: the diagnostic that ends the session.
+    failure: Diagnostic | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    exit_status: str
+    diagnostic: Diagnostic | None = None
+
+    @property
+    def code(self) -> str | None:
+        return self.diagnostic.code if self.diagnostic is not None else None
+
+
+_STATE_WORDS: dict[str, str] = {
+    TaskState.COMPLETED: "completed",
+    TaskState.FAILED: "failed",
+    TaskState.CANCELED: "canceled",
+    TaskState.REJECTED: "rejected",
+    TaskState.INPUT_REQUIRED: "input-required",
+    TaskState.AUTH_REQUIRED: "auth-required",
+}
+
+
+def state_word(state: str) -> str:
+    """``TASK_STATE_CANCELED`` as ``canceled``."""
+    return _STATE_WORDS.get(state, state.removeprefix("TASK_STATE_").lower())
+
+
+def task_state(task: Mapping[str, Any]) -> str:
+    status = task.get("status")
+    state = status.get("state") if isinstance(status, Mapping) else None
+    return state if isinstance(state, str) else TaskState.UNSPECIFIED
+
+
+def result_text(task: Mapping[str, Any]) -> str:
+    """What ``out/result.txt`` holds for a task that ended: the answer of a completed
+    task, else one ``<state>: <why>`` line (``canceled: the formation ended``)."""
+    state = task_state(task)
+    text = answer_text(task)
+    if state == TaskState.COMPLETED:
+        return text
+    why = " ".join(text.split()) or f"the task was {state_word(state)}"
+    return f"{state_word(state)}: {why}"
+
+
+def decide(ending: Ending, *, session_id: str, deadline: str = "",
+           task: Mapping[str, Any] | None = None, result_path: str = "") -> Outcome:
+    """The exit status, ``session_end`` status and diagnostic for ``ending``.
+
+    ``task`` is the final Task of ``--task`` (for ``Cause.TASK_DONE``).
+    """
+    cause = ending.cause
+    running = bool(ending.running)
+    if cause is Cause.FAILURE:
+        return Outcome(1, "failed", ending.failure)
+    if cause is Cause.DEADLINE:
+        return Outcome(1, "deadline_reached", diagnostic(
+            "E-RUN-053", subject=f"session {session_id}", deadline=deadline))
+    if cause in (Cause.SIGNAL, Cause.STOP_SESSION):
+        if not running:
+            return Outcome(0, "ok")
+        return Outcome(1, "canceled", diagnostic(
+            "E-RUN-040", session=session_id, task=", ".join(ending.running)))
+    if cause is Cause.LIFELINE:
+        return Outcome(0, "formation_ended" if running else "ok")
+    if cause is Cause.TASK_DONE and task is not None:
+        state = task_state(task)
+        if state == TaskState.COMPLETED:
+            return Outcome(0, "ok")
+        detail = " ".join(answer_text(task).split())[:300] or "no reason was given"
+        return Outcome(1, state_word(state), member_diagnostic(
+            TASK_NOT_COMPLETED, task=str(task.get("id", "")), session=session_id,
+            state=state_word(state), detail=detail, result=result_path))
+    return Outcome(0, "ok")

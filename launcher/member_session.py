@@ -1,0 +1,696 @@
+"""One member's session, from staging to ``session_end`` (DESIGN.md section 8).
+
+:class:`MemberSession` stages the records directory (``operator.token`` at 0600, the
+running record, ``session_start``), builds the door and the agent, serves the door with
+uvicorn on ``127.0.0.1`` at a port of its own, prints the one readiness line once the
+door answers, runs ``--task`` as a task on its own door, and ends on the first of: a
+signal, ``murmur.StopSession``, ``after_task: exit``, the idle timeout, the lifeline
+closing, the deadline, or the ``--task`` task ending. The ending itself follows
+:mod:`launcher.member_outcome`; ``session_end`` is always written and the running record
+always removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from gateway.a2a import TERMINAL_STATES, TaskState
+from gateway.credentials import OperatorToken
+from gateway.door import Door, DoorSettings, build_door
+from gateway.jsonrpc import RpcError
+from gateway.trace_bus import TraceBus, TraceRecord
+from launcher.capsule import CapsuleError, load_agent
+from launcher.channel import DoorDirectory
+from launcher.diagnostics import Diagnostic, DiagnosticError, emit
+from launcher.member_door import (
+    CallsSeam,
+    agent_environment,
+    auth_policy,
+    card_info,
+    gate_config,
+    idle_timeout,
+    task_env,
+)
+from launcher.member_formation import FormationPlace, close_place
+from launcher.member_options import MemberOptions
+from launcher.member_outcome import (
+    CANCEL_REASONS,
+    CAPSULE_NOT_RUNNABLE,
+    SESSION_NOT_STAGED,
+    Cause,
+    Ending,
+    Outcome,
+    decide,
+    member_diagnostic,
+    result_text,
+)
+from launcher.member_shutdown import ExitFn, ProtocolOut, SignalGuard, Watchdog, hard_exit
+from launcher.process import divert_stderr_to, launcher_gone, process_start_time, wait_for_eof
+from launcher.records import (
+    RunningRecord,
+    SessionRecords,
+    now_iso,
+    remove_running,
+    stage_session,
+    write_operator_token,
+    write_running,
+)
+from launcher.store import InstalledArtifact, unpack
+from launcher.trace import TraceWriter, timestamp
+
+#: How long the wind-down waits for agent code to stop after it was cancelled.
+DRAIN_SECONDS = 15.0
+#: How long the door may take to answer its first /healthz.
+HEALTH_SECONDS = 10.0
+#: How long uvicorn may take to close its connections at the end.
+SERVER_STOP_SECONDS = 5.0
+#: How long after the lifeline closed a peer looks for its launcher having gone.
+LAUNCHER_GONE_SECONDS = 2.0
+#: How often the door's idle server wakes (to refresh its Date header), and how often,
+#: once stopping, it looks at its connections. uvicorn's own 0.1 s polls cost every
+#: member of a formation 0.3 s of its wind-down, and ten wake-ups a second while idle.
+_TICK_SECONDS = 1.0
+_STOP_POLL_SECONDS = 0.01
+_RUNNING_STATES = frozenset({TaskState.WORKING, TaskState.INPUT_REQUIRED,
+                             TaskState.AUTH_REQUIRED})
+
+
+@dataclass
+class SessionPlan:
+    """What ``mur run --capsule`` decided before the session starts."""
+
+    options: MemberOptions
+    artifact: InstalledArtifact
+    place: FormationPlace
+    session_id: str
+    workdir: Path
+    environ: Mapping[str, str]
+    launcher_pid: int
+    lifeline_grace: float = 20.0
+    install_signals: bool = True
+    #: How the process is ended at once (tests record the status instead).
+    exit_fn: ExitFn = hard_exit
+    #: Tests: where diagnostics go (stderr by default).
+    diagnostics: Any = None
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers (the member's own decide how it ends), which
+    stops as soon as it is asked to.
+
+    uvicorn looks at ``should_exit`` every 0.1 s, then sleeps 0.1 s more after asking
+    its connections to close and looks at them every 0.1 s: up to 0.3 s for every member
+    of a formation that winds down. Here :meth:`stop` wakes the loop at once and the
+    connections are looked at every 10 ms. What is closed, in which order, and the
+    bound on the wait (``timeout_graceful_shutdown``) are uvicorn's own.
+    """
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._stop_asked = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+        yield
+
+    def stop(self) -> None:
+        """Ask the server to stop serving (what setting ``should_exit`` asks)."""
+        self.should_exit = True
+        self._stop_asked.set()
+
+    async def main_loop(self) -> None:
+        # uvicorn's loop wakes every 0.1 s to look at ``should_exit`` and refreshes the
+        # Date header at every tenth wake-up. Here a stop wakes it at once, so it wakes
+        # once a second, and each wake-up counts as a tenth (the header is as fresh).
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 10) % 864000
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_TICK_SECONDS):
+                    await self._stop_asked.wait()
+            should_exit = await self.on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn's shutdown with its fixed 0.1 s sleep and 0.1 s polls made short.
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        state = self.server_state
+        try:
+            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
+                while (state.connections or state.tasks) and not self.force_exit:
+                    await asyncio.sleep(_STOP_POLL_SECONDS)
+                for server in self.servers:
+                    await server.wait_closed()
+        except TimeoutError:
+            logging.getLogger("uvicorn.error").error(
+                "Cancel %s running task(s), timeout graceful shutdown exceeded",
+                len(state.tasks))
+            for task in state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+
+class StartFailed(Exception):
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(diagnostic.render())
+        self.diagnostic = diagnostic
+
+
+@dataclass
+class _Watchers:
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    deadline: asyncio.TimerHandle | None = None
+
+    def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        if self.deadline is not None:
+            self.deadline.cancel()
+
+
+class MemberSession:
+    """One session of a member; :meth:`run` returns its :class:`Outcome`."""
+
+    def __init__(self, plan: SessionPlan, out: ProtocolOut | None) -> None:
+        self.plan = plan
+        self.options = plan.options
+        self.place = plan.place
+        self.manifest = plan.artifact.manifest
+        self.out = out
+        self.operator = OperatorToken.generate()
+        self.bus = TraceBus()
+        self.records: SessionRecords | None = None
+        self.writer: TraceWriter | None = None
+        self.door: Door | None = None
+        self.door_url = ""
+        self._port = 0
+        self.task_id: str | None = None
+        self.ending: Ending | None = None
+        self._socket: socket.socket | None = None
+        self._server: _Server | None = None
+        self._server_task: asyncio.Task[None] | None = None
+        self._directory: DoorDirectory | None = None
+        self._seam: CallsSeam | None = None
+        self._live: dict[str, str] = {}
+        self._watchers = _Watchers()
+        self._ended = asyncio.Event()
+        self._watchdog = Watchdog(plan.lifeline_grace, exit_fn=plan.exit_fn)
+
+    # --------------------------------------------------------------------- the run
+
+    async def run(self) -> Outcome:
+        loop = asyncio.get_running_loop()
+        guard = SignalGuard(loop, self._on_signal, with_interrupts=self.place.lifeline is None,
+                            exit_fn=self.plan.exit_fn)
+        if self.plan.install_signals:
+            guard.install()
+        try:
+            try:
+                self._stage()
+            except StartFailed as failed:
+                self._close_early()
+                outcome = Outcome(1, "failed", failed.diagnostic)
+                self._report(failed.diagnostic)
+                return outcome
+            try:
+                await self._start()
+            except StartFailed as failed:
+                self.trigger(Cause.FAILURE, failure=failed.diagnostic)
+            except DiagnosticError as refusal:
+                self.trigger(Cause.FAILURE, failure=refusal.diagnostic)
+            except Exception as exc:  # noqa: BLE001 - a bug ends the session, not its records
+                self.trigger(Cause.FAILURE, failure=member_diagnostic(
+                    SESSION_NOT_STAGED, action="started",
+                    problem=f"{type(exc).__name__}: {exc}",
+                    fix="this is a fault in mur; report it with the session's trace.jsonl"))
+            await self._ended.wait()
+            return await self._finish()
+        finally:
+            guard.restore()
+
+    def _on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        self.trigger(Cause.SIGNAL, detail=name)
+
+    # --------------------------------------------------------------------- staging
+
+    def _stage(self) -> None:
+        plan, options = self.plan, self.options
+        try:
+            self._socket = _bind_loopback()
+            self._port = int(self._socket.getsockname()[1])
+            self.door_url = f"http://127.0.0.1:{self._port}"
+            records = stage_session(plan.workdir, plan.session_id,
+                                    resume=options.resume is not None)
+            self.records = records
+            write_operator_token(records.operator_token, self.operator.value,
+                                 replace=options.resume is not None)
+            self.writer = TraceWriter(records.trace)
+        except OSError as exc:
+            raise StartFailed(member_diagnostic(
+                SESSION_NOT_STAGED, action="staged", problem=f"{exc.strerror or exc} "
+                f"({exc.filename or 'the records directory'})",
+                fix="make $MURMUR_HOME/records writable by this user")) from None
+        self.bus.add_sink(self._write_record)
+        self.bus.add_sink(self._track_task)
+        try:
+            write_running(self._running_record(records))
+        except OSError as exc:
+            raise StartFailed(member_diagnostic(
+                SESSION_NOT_STAGED, action="staged", problem=f"the running record cannot be "
+                f"written ({exc.strerror or exc})",
+                fix="make $MURMUR_HOME/running writable by this user")) from None
+        self.bus.emit("session_start", **self._start_fields(records))
+
+    def _running_record(self, records: SessionRecords) -> RunningRecord:
+        pid = os.getpid()
+        return RunningRecord(
+            id=self.plan.session_id, pid=pid, start=process_start_time(pid), kind="session",
+            formation_id=self.place.formation_id, member=self.place.member,
+            door_url=self.door_url, records_dir=str(records.dir),
+            project_dir=os.path.realpath(self.options.project),
+            capsule=self.options.capsule, version=self.options.version, started=now_iso())
+
+    def _start_fields(self, records: SessionRecords) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "session_id": self.plan.session_id, "capsule": self.options.capsule,
+            "version": self.options.version, "sha256": self.plan.artifact.sha256,
+            "pid": os.getpid(), "workdir": str(records.workdir),
+            "records_dir": str(records.dir), "door_url": self.door_url,
+        }
+        if self.options.resume is not None:
+            fields["resumed"] = True
+        if self.options.deadline is not None:
+            fields["deadline"] = timestamp(self.options.deadline)
+        if self.place.formation_id is not None:
+            fields["formation_id"] = self.place.formation_id
+        if self.place.member is not None:
+            fields["formation_member"] = self.place.member
+            fields["formation_callees"] = list(self.place.callees)
+        return fields
+
+    def _write_record(self, record: TraceRecord) -> None:
+        if self.writer is not None and not self.writer.closed:
+            fields = {key: value for key, value in record.items() if key not in ("ts", "event")}
+            self.writer.write(record["event"], **fields)
+
+    def _track_task(self, record: TraceRecord) -> None:
+        if record.get("event") == "task_state":
+            task_id, state = record.get("task_id"), record.get("state")
+            if isinstance(task_id, str) and isinstance(state, str):
+                if state in TERMINAL_STATES:
+                    self._live.pop(task_id, None)
+                else:
+                    self._live[task_id] = state
+
+    def running_tasks(self) -> tuple[str, ...]:
+        """The tasks whose agent code runs now (queued ones are not running)."""
+        return tuple(task for task, state in self._live.items() if state in _RUNNING_STATES)
+
+    # --------------------------------------------------------------------- starting
+
+    async def _start(self) -> None:
+        records = self.records
+        assert records is not None
+        self._start_directory()
+        agent = self._load_agent(records)
+        if self.ending is not None:
+            return
+        self.door = self._build_door(agent, records)
+        await self._serve()
+        self._watch()
+        if self.ending is not None:
+            return
+        if self.options.task is not None:
+            try:
+                self.task_id = self.door.submit(self.options.task)
+            except RpcError as refused:
+                raise StartFailed(member_diagnostic(
+                    SESSION_NOT_STAGED, action="given its task",
+                    problem=f"the door refused it ({refused})",
+                    fix="run it again")) from None
+            self._watchers.tasks.append(asyncio.create_task(
+                self._watch_task(self.task_id), name="murmur-task-watch"))
+        # A reader that is gone (a launcher that died) learns nothing more from stdout;
+        # its lifeline, or a signal, ends the session.
+        self._say_ready()
+
+    def _start_directory(self) -> None:
+        credentials = self.place.credentials
+        if credentials is not None:
+            self._directory = DoorDirectory.for_channel(credentials)
+            self._directory.start()
+        else:
+            self._directory = DoorDirectory()
+
+    def _load_agent(self, records: SessionRecords) -> Any:
+        capsule_dir = records.dir / "capsule"
+        if self.options.resume is not None and capsule_dir.exists():
+            shutil.rmtree(capsule_dir, ignore_errors=True)
+        unpack(self.plan.artifact, capsule_dir)
+        manifest = self.manifest
+        environment = agent_environment(
+            manifest, place=self.place, env=task_env(manifest, self.plan.environ,
+                                                     self.place.callees),
+            deadline=self.options.deadline, workdir=records.workdir, home=records.home,
+            tmp=records.tmp)
+        calls_factory = None
+        if manifest.agent.python is not None:
+            assert self._directory is not None
+            self._seam = CallsSeam(manifest=manifest, place=self.place,
+                                   directory=self._directory, trace=self.bus,
+                                   deadline=self.options.deadline,
+                                   capsule=self.options.capsule)
+            calls_factory = self._seam.calls_for
+        try:
+            return load_agent(capsule_dir, python=manifest.agent.python,
+                              command=manifest.agent.command, environment=environment,
+                              calls_factory=calls_factory)
+        except CapsuleError as exc:
+            raise StartFailed(member_diagnostic(
+                CAPSULE_NOT_RUNNABLE, "agent", capsule=self.options.capsule,
+                version=self.options.version, problem=str(exc))) from None
+
+    def _build_door(self, agent: Any, records: SessionRecords) -> Door:
+        manifest = self.manifest
+        policy = auth_policy(manifest, operator=self.operator, place=self.place,
+                             capsule_dir=records.dir / "capsule", environ=self.plan.environ,
+                             capsule=self.options.capsule)
+        settings = DoorSettings(
+            card=card_info(manifest, session_id=self.plan.session_id, place=self.place,
+                           door_url=self.door_url),
+            gate=gate_config(manifest, self.options), out_dir=records.out)
+        door = build_door(agent, settings, policy=policy, trace=self.bus)
+        door.on_task_end(self._task_ended)
+        return door
+
+    async def _serve(self) -> None:
+        assert self.door is not None and self._socket is not None
+        config = uvicorn.Config(
+            self.door.app, lifespan="off", log_level="warning", access_log=False,
+            log_config=None, proxy_headers=False, server_header=False, ws="none",
+            timeout_graceful_shutdown=int(SERVER_STOP_SECONDS))
+        self._server = _Server(config)
+        sock = self._socket
+        self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]),
+                                                name="murmur-door-server")
+        try:
+            async with asyncio.timeout(HEALTH_SECONDS):
+                while not self._server.started:
+                    if self._server_task.done():
+                        break
+                    await asyncio.sleep(0.005)
+                while not self._server_task.done():
+                    if await _healthz(self._port):
+                        return
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            pass
+        problem = "the door did not answer /healthz in time"
+        if self._server_task.done() and not self._server_task.cancelled():
+            exc = self._server_task.exception()
+            problem = f"the door stopped: {type(exc).__name__}: {exc}" if exc else \
+                "the door stopped before it answered"
+        raise StartFailed(member_diagnostic(
+            SESSION_NOT_STAGED, action="served", problem=problem,
+            fix="see the lines above; run it again"))
+
+    def _say_ready(self) -> bool:
+        records = self.records
+        assert records is not None
+        if self.out is None:
+            return True
+        place = self.place
+        if self.options.json:
+            line: dict[str, Any] = {
+                "event": "ready", "session_id": self.plan.session_id, "pid": os.getpid(),
+                "door_url": self.door_url, "capsule": self.options.capsule,
+                "version": self.options.version, "records_dir": str(records.dir)}
+            if place.formation_id is not None:
+                line["formation_id"] = place.formation_id
+                line["member"] = place.member
+            text = json.dumps(line, separators=(",", ":"))
+        else:
+            member = f" as member {place.member} of {place.formation_id}" \
+                if place.member else ""
+            text = (f"mur run: {self.options.capsule} {self.options.version} is ready at "
+                    f"{self.door_url}{member} (session {self.plan.session_id}; operator "
+                    f"token in {records.operator_token})")
+        return self.out.line(text)
+
+    # --------------------------------------------------------------------- watching
+
+    def _watch(self) -> None:
+        door = self.door
+        assert door is not None
+        tasks = self._watchers.tasks
+        tasks.append(asyncio.create_task(self._watch_stop(door), name="murmur-stop-watch"))
+        tasks.append(asyncio.create_task(self._watch_server(), name="murmur-server-watch"))
+        if self.place.lifeline is not None:
+            tasks.append(asyncio.create_task(self._watch_lifeline(self.place.lifeline),
+                                             name="murmur-lifeline"))
+        seconds = idle_timeout(self.manifest, self.options, self.place)
+        if seconds is not None:
+            tasks.append(asyncio.create_task(self._watch_idle(door, seconds),
+                                             name="murmur-idle-watch"))
+        deadline = self.options.deadline
+        if deadline is not None:
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, (deadline - datetime.now(deadline.tzinfo)).total_seconds())
+            self._watchers.deadline = loop.call_later(delay, self.trigger, Cause.DEADLINE)
+
+    async def _watch_stop(self, door: Door) -> None:
+        await door.stop_requested.wait()
+        cause = Cause.STOP_SESSION if door.stop_reason == "stop_session" else Cause.AFTER_TASK
+        self.trigger(cause)
+
+    async def _watch_server(self) -> None:
+        task = self._server_task
+        assert task is not None
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.shield(task)
+        if self.ending is None:
+            self.trigger(Cause.FAILURE, failure=member_diagnostic(
+                SESSION_NOT_STAGED, action="served", problem="the door stopped serving",
+                fix="see the lines above; run it again"))
+
+    async def _watch_task(self, task_id: str) -> None:
+        assert self.door is not None
+        await self.door.result(task_id)
+        self.trigger(Cause.TASK_DONE)
+
+    async def _watch_idle(self, door: Door, seconds: int) -> None:
+        loop = asyncio.get_running_loop()
+        busy_at = loop.time()
+        while True:
+            await asyncio.sleep(min(1.0, seconds / 4))
+            now = loop.time()
+            if door.store.held or self._live:
+                busy_at = now
+            elif now - busy_at >= seconds:
+                self.trigger(Cause.IDLE_TIMEOUT)
+                return
+
+    async def _watch_lifeline(self, fd: int) -> None:
+        await wait_for_eof(fd)
+        peer = not self.place.entry
+        diverted = peer and self._divert_if_launcher_gone()
+        if self.trigger(Cause.LIFELINE):
+            self._watchdog.arm()
+        if peer and not diverted:
+            # The kernel closes a dead launcher's descriptors before it reparents its
+            # children: look a little longer (the wind-down may cancel this first).
+            loop = asyncio.get_running_loop()
+            until = loop.time() + LAUNCHER_GONE_SECONDS
+            while loop.time() < until and not self._divert_if_launcher_gone():
+                await asyncio.sleep(0.05)
+
+    def _divert_if_launcher_gone(self) -> bool:
+        """A peer whose launcher is gone writes its diagnostics to logs/bootstrap.log."""
+        records = self.records
+        if records is None or not launcher_gone(self.plan.launcher_pid):
+            return False
+        with contextlib.suppress(OSError):
+            divert_stderr_to(records.bootstrap_log)
+            if self.out is not None:
+                self.out.follow_stderr()
+        return True
+
+    # --------------------------------------------------------------------- ending
+
+    def trigger(self, cause: Cause, *, detail: str = "",
+                failure: Diagnostic | None = None) -> bool:
+        """End the session for ``cause``, unless it is already ending (then nothing
+        changes). Returns True when this cause is the one that ends it."""
+        if self.ending is not None:
+            return False
+        door = self.door
+        if cause in (Cause.AFTER_TASK, Cause.STOP_SESSION) and self._task_over():
+            cause = Cause.TASK_DONE  # the --task task ended: its state decides
+        if cause is Cause.LIFELINE:
+            self.bus.emit("formation_ended", formation_id=self.place.formation_id)
+        elif cause is Cause.DEADLINE:
+            assert self.options.deadline is not None
+            self.bus.emit("deadline_reached", deadline=timestamp(self.options.deadline))
+        running = self.running_tasks()
+        self.ending = Ending(cause, running, detail, failure)
+        if door is not None:
+            reason = CANCEL_REASONS[cause]
+            if cause is Cause.SIGNAL and detail:
+                reason = f"the session was stopped by {detail}"
+            door.wind_down(reason)
+        self._ended.set()
+        return True
+
+    def _task_over(self) -> bool:
+        if self.task_id is None or self.door is None:
+            return False
+        return self.door.task(self.task_id)["status"]["state"] in TERMINAL_STATES
+
+    def _task_ended(self, task: dict[str, Any]) -> None:
+        """Each task that ends leaves its result in out/result.txt (the last one wins;
+        the ``--task`` task's is written again at the end)."""
+        if self.task_id is None or task.get("id") == self.task_id:
+            self._write_result(result_text(task))
+
+    def _write_result(self, text: str) -> None:
+        records = self.records
+        if records is None:
+            return
+        with contextlib.suppress(OSError):
+            _write_private(records.result, text if text.endswith("\n") or not text
+                           else text + "\n")
+
+    async def _finish(self) -> Outcome:
+        ending = self.ending
+        assert ending is not None and self.records is not None
+        self._watchers.cancel()
+        final: dict[str, Any] | None = None
+        try:
+            if self.door is not None:
+                await _bounded(self.door.drained(), DRAIN_SECONDS)
+                if self.task_id is not None:
+                    final = self.door.task(self.task_id)
+                    self._write_result(result_text(final))
+            outcome = decide(ending, session_id=self.plan.session_id,
+                             deadline=timestamp(self.options.deadline)
+                             if self.options.deadline else "",
+                             task=final, result_path=str(self.records.result))
+            if outcome.diagnostic is not None:
+                self._report(outcome.diagnostic)
+            self.bus.emit("session_end", exit_status=outcome.exit_status, code=outcome.code,
+                          reason=ending.cause.value)
+        finally:
+            await self._close()
+        if final is not None and self.out is not None:
+            self.out.line(result_text(final))
+        return outcome
+
+    async def _close(self) -> None:
+        """Stop serving and let go of everything; the running record goes last."""
+        try:
+            if self.door is not None:
+                self.door.close_streams()
+            if self._server is not None and self._server_task is not None:
+                self._server.stop()
+                await _bounded(asyncio.shield(self._server_task), SERVER_STOP_SECONDS)
+                if not self._server_task.done():
+                    self._server.force_exit = True
+                    self._server_task.cancel()
+            elif self._socket is not None:
+                self._socket.close()
+            if self._seam is not None:
+                await _bounded(self._seam.aclose(), 2.0)
+            if self._directory is not None:
+                self._directory.close()
+            close_place(self.place)
+        finally:
+            remove_running(self.plan.session_id)
+            if self.writer is not None:
+                self.writer.close()
+
+    def _close_early(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+        remove_running(self.plan.session_id)
+        if self.writer is not None:
+            self.writer.close()
+        close_place(self.place)
+
+    def _report(self, diagnostic: Diagnostic) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            emit(diagnostic, self.plan.diagnostics, json_mode=self.options.json)
+
+
+# ------------------------------------------------------------------------- helpers
+
+
+def _bind_loopback() -> socket.socket:
+    """A listening-to-be socket on 127.0.0.1 at a port the kernel picks."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def _healthz(port: int) -> bool:
+    """Whether ``GET /healthz`` on the door answers 200."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    try:
+        writer.write(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                     "Connection: close\r\n\r\n".encode("ascii"))
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), 2.0)
+        return status.split(b" ")[1:2] == [b"200"]
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def _bounded(awaitable: Awaitable[Any], seconds: float) -> None:
+    """Wait for ``awaitable`` at most ``seconds``; its failure is not this caller's."""
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+        await asyncio.wait_for(awaitable, seconds)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` whole (a temporary file, then rename) at mode 0600."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        data = memoryview(text.encode("utf-8", "replace"))
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+    os.replace(temp, path)

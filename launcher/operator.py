@@ -1,0 +1,511 @@
+"""The operator's commands: ``mur stop``, ``mur ps``, ``mur send``, ``mur trace show``.
+
+Each is ``fn(args) -> int`` (the exit status). They find what runs from the running
+records under ``$MURMUR_HOME/running/`` (a launcher's is named by its formation id, a
+session's by its session id) and never print a token: ``mur send`` reads the session's
+``operator.token`` and puts it in one ``Authorization`` header, nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from launcher.ids import is_formation_id, is_session_id
+from launcher.process import escape_control
+from launcher.records import (
+    OPERATOR_TOKEN_FILE,
+    RunningRecord,
+    RunningRecordsUnreadable,
+    list_live,
+    prune_stale,
+    read_operator_token,
+)
+
+#: How long ``mur stop`` waits for what it stopped to be gone: a launcher may take the
+#: 25 s grace it gives members, plus its own teardown.
+STOP_WAIT = 40.0
+A2A_VERSION = "1.0"
+_STATE_PREFIX = "TASK_STATE_"
+
+
+def _fail(command: str, message: str, code: int = 1) -> int:
+    print(f"mur {command}: {message}", file=sys.stderr)
+    return code
+
+
+def _not_an_id(command: str, value: str) -> int:
+    return _fail(command, f"`{escape_control(value[:64])}` is neither a formation id (frm_…) "
+                          "nor a session id (ses_…); `mur ps` lists what runs", 2)
+
+
+def _live_records(command: str) -> list[RunningRecord] | None:
+    try:
+        return list_live()
+    except RunningRecordsUnreadable as exc:
+        _fail(command, f"the running records in {exc.filename} cannot be read")
+        return None
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (field 4 of /proc/<pid>/stat), None when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+        return int(data[data.rfind(b")") + 1:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# --------------------------------------------------------------------------- mur stop
+
+
+def _signal(record: RunningRecord) -> bool:
+    try:
+        os.kill(record.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_gone(records: Iterable[RunningRecord], timeout: float) -> list[RunningRecord]:
+    """The records whose process still runs after ``timeout`` seconds."""
+    waiting = list(records)
+    end = time.monotonic() + timeout
+    while waiting and time.monotonic() < end:
+        waiting = [record for record in waiting if record.is_live()]
+        if waiting:
+            time.sleep(0.1)
+    return [record for record in waiting if record.is_live()]
+
+
+def stop(args: argparse.Namespace) -> int:
+    """``mur stop <frm_…|ses_…>``: SIGTERM to a formation's launcher (which ends every
+    member), or to one session; waits until it is gone."""
+    ident: str = args.id
+    if not (is_formation_id(ident) or is_session_id(ident)):
+        return _not_an_id("stop", ident)
+    live = _live_records("stop")
+    if live is None:
+        return 1
+    if is_formation_id(ident):
+        targets = _formation_targets(ident, live)
+        kind = "formation"
+    else:
+        targets = [record for record in live if record.id == ident]
+        kind = "session"
+    if not targets:
+        return _fail("stop", f"{kind} {ident} is not running")
+    try:
+        signalled = [record for record in targets if _signal(record)]
+    except PermissionError:
+        return _fail("stop", f"{kind} {ident} belongs to another user; it was not stopped")
+    left = _wait_gone(signalled, STOP_WAIT)
+    if args.json:
+        print(json.dumps({"id": ident, "kind": kind, "stopped": not left,
+                          "signalled": [record.pid for record in signalled]}))
+    if left:
+        return _fail("stop", f"{kind} {ident} was sent SIGTERM but still runs after "
+                             f"{STOP_WAIT:g} seconds (pid {', '.join(str(r.pid) for r in left)})")
+    if not args.json:
+        print(f"stopped {kind} {ident}")
+    return 0
+
+
+def _formation_targets(formation_id: str, live: list[RunningRecord]) -> list[RunningRecord]:
+    """The launcher, and every session of the formation the launcher did not start (a
+    member started by hand, which no lifeline winds down). The launcher's own members
+    are never signalled: it ends them by closing their lifelines."""
+    launcher = next((record for record in live
+                     if record.kind == "launcher" and record.id == formation_id), None)
+    targets = [launcher] if launcher is not None else []
+    for record in live:
+        if record.kind != "session" or record.formation_id != formation_id:
+            continue
+        if launcher is not None and parent_pid(record.pid) == launcher.pid:
+            continue
+        targets.append(record)
+    return targets
+
+
+# --------------------------------------------------------------------------- mur ps
+
+
+def _session_row(record: RunningRecord, entry: str | None) -> dict[str, Any]:
+    return {"session_id": record.id, "member": record.member,
+            "entry": entry is not None and record.member == entry, "pid": record.pid,
+            "capsule": record.capsule, "version": record.version,
+            "door_url": record.door_url, "records_dir": record.records_dir,
+            "started": record.started}
+
+
+def running_state(live: list[RunningRecord]) -> dict[str, Any]:
+    """Formations (each with its members) and standalone sessions, from live records."""
+    formations: dict[str, dict[str, Any]] = {}
+    for record in live:
+        if record.kind == "launcher":
+            formations[record.id] = {"formation_id": record.id, "launcher_pid": record.pid,
+                                     "project_dir": record.project_dir,
+                                     "entry": record.member, "started": record.started,
+                                     "members": []}
+    sessions = []
+    for record in sorted(live, key=lambda r: r.started):
+        if record.kind != "session":
+            continue
+        if record.formation_id:
+            formation = formations.setdefault(record.formation_id, {
+                "formation_id": record.formation_id, "launcher_pid": None,
+                "project_dir": None, "entry": None, "started": record.started,
+                "members": []})
+            formation["members"].append(_session_row(record, formation["entry"]))
+        else:
+            sessions.append(_session_row(record, None))
+    for formation in formations.values():
+        formation["members"].sort(key=lambda row: (not row["entry"], row["started"]))
+    ordered = sorted(formations.values(), key=lambda f: f["formation_id"])
+    return {"formations": ordered, "sessions": sessions}
+
+
+def _table(rows: list[list[str]], indent: str = "") -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [indent + "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)),
+                                row[-1]]).rstrip() for row in rows]
+
+
+def render_ps(state: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for formation in state["formations"]:
+        launcher = (f"launcher pid {formation['launcher_pid']}" if formation["launcher_pid"]
+                    else "launcher gone")
+        lines.append(f"formation {formation['formation_id']}  {launcher}  project "
+                     f"{formation['project_dir'] or '-'}")
+        rows = [["MEMBER", "ENTRY", "SESSION", "PID", "DOOR"]]
+        rows += [[m["member"] or "-", "yes" if m["entry"] else "", m["session_id"],
+                  str(m["pid"]), m["door_url"] or "-"] for m in formation["members"]]
+        lines += _table(rows, "  ") if len(rows) > 1 else ["  (no member running)"]
+    if state["sessions"]:
+        if lines:
+            lines.append("")
+        rows = [["SESSION", "CAPSULE", "VERSION", "PID", "DOOR"]]
+        rows += [[s["session_id"], s["capsule"] or "-", s["version"] or "-", str(s["pid"]),
+                  s["door_url"] or "-"] for s in state["sessions"]]
+        lines += _table(rows)
+    return "\n".join(lines) + "\n" if lines else "nothing is running\n"
+
+
+def ps(args: argparse.Namespace) -> int:
+    """``mur ps [--json]``: running formations with their members, then sessions."""
+    try:
+        prune_stale()
+    except RunningRecordsUnreadable as exc:
+        return _fail("ps", f"the running records in {exc.filename} cannot be read")
+    live = _live_records("ps")
+    if live is None:
+        return 1
+    state = running_state(live)
+    if args.json:
+        print(json.dumps(state))
+    else:
+        sys.stdout.write(render_ps(state))
+    return 0
+
+
+# --------------------------------------------------------------------------- mur send
+
+
+class SendError(Exception):
+    """``mur send`` cannot reach or use a door; the text says why (never a token)."""
+
+
+def resolve_door(target: str, live: list[RunningRecord]) -> tuple[str, Path, str]:
+    """(door URL, operator.token path, label) of a formation's entry door, a session's
+    door, or a door URL some live session serves."""
+    if is_formation_id(target):
+        launcher = next((r for r in live if r.kind == "launcher" and r.id == target), None)
+        if launcher is None:
+            raise SendError(f"formation {target} is not running")
+        if not launcher.door_url or not launcher.records_dir:
+            raise SendError(f"the entry member of formation {target} is not up yet")
+        return launcher.door_url, Path(launcher.records_dir) / OPERATOR_TOKEN_FILE, (
+            launcher.member or target)
+    if is_session_id(target):
+        record = next((r for r in live if r.kind == "session" and r.id == target), None)
+        if record is None:
+            raise SendError(f"session {target} is not running")
+        if not record.door_url or not record.records_dir:
+            raise SendError(f"session {target} has no door yet")
+        return record.door_url, Path(record.records_dir) / OPERATOR_TOKEN_FILE, (
+            record.member or target)
+    if target.startswith(("http://", "https://")):
+        wanted = target.rstrip("/")
+        for record in live:
+            if record.kind == "session" and record.door_url and record.records_dir and (
+                    record.door_url.rstrip("/") == wanted):
+                return record.door_url, Path(record.records_dir) / OPERATOR_TOKEN_FILE, (
+                    record.member or record.id)
+        raise SendError(f"no running session serves {escape_control(target[:200])}; mur send "
+                        "uses a session's operator token, which only a session of this "
+                        "MURMUR_HOME has")
+    raise SendError(f"`{escape_control(target[:64])}` is not a formation id (frm_…), a session "
+                    "id (ses_…) or a door URL (http://127.0.0.1:PORT)")
+
+
+def sse_payloads(lines: Iterable[str]) -> Iterator[str]:
+    """The ``data`` of each Server-Sent Event in ``lines``."""
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        if line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+    if data:
+        yield "\n".join(data)
+
+
+def _text_of(parts: object) -> str:
+    if not isinstance(parts, list):
+        return ""
+    return "\n".join(part["text"] for part in parts
+                     if isinstance(part, dict) and isinstance(part.get("text"), str))
+
+
+def state_word(state: object) -> str:
+    """``TASK_STATE_INPUT_REQUIRED`` as ``input-required``."""
+    text = str(state or "unknown")
+    return text.removeprefix(_STATE_PREFIX).lower().replace("_", "-")
+
+
+class TaskFollower:
+    """The task as a stream reports it: the first snapshot, then each update."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.task: dict[str, Any] = {}
+        self.message: dict[str, Any] | None = None
+
+    def take(self, result: Any) -> None:
+        if not isinstance(result, dict):
+            return
+        if isinstance(result.get("task"), dict):
+            self.task = dict(result["task"])
+            self._status_line(self.task.get("status"))
+        elif isinstance(result.get("statusUpdate"), dict):
+            status = result["statusUpdate"].get("status")
+            self.task["status"] = status
+            self._status_line(status)
+        elif isinstance(result.get("artifactUpdate"), dict):
+            self._artifact(result["artifactUpdate"])
+        elif isinstance(result.get("message"), dict):
+            self.message = result["message"]
+
+    def _status_line(self, status: object) -> None:
+        if not isinstance(status, dict):
+            return
+        text = ""
+        if isinstance(status.get("message"), dict):
+            text = _text_of(status["message"].get("parts"))
+        shown = f": {escape_control(text[:500])}" if text else ""
+        print(f"[{self.label}] {state_word(status.get('state'))}{shown}", file=sys.stderr,
+              flush=True)
+
+    def _artifact(self, update: dict[str, Any]) -> None:
+        chunk = update.get("artifact")
+        if not isinstance(chunk, dict):
+            return
+        artifacts = list(self.task.get("artifacts") or [])
+        index = next((i for i, a in enumerate(artifacts)
+                      if a.get("artifactId") == chunk.get("artifactId")), None)
+        if index is None:
+            artifacts.append(chunk)
+        elif update.get("append"):
+            artifacts[index] = {**artifacts[index], "parts": [
+                *artifacts[index].get("parts", []), *chunk.get("parts", [])]}
+        else:
+            artifacts[index] = chunk
+        self.task["artifacts"] = artifacts
+
+    @property
+    def state(self) -> str:
+        if self.message is not None and not self.task:
+            return "TASK_STATE_COMPLETED"
+        status = self.task.get("status")
+        return str(status.get("state")) if isinstance(status, dict) else ""
+
+    def answer(self) -> str:
+        if self.message is not None:
+            return _text_of(self.message.get("parts"))
+        texts = [_text_of(artifact.get("parts")) for artifact in self.task.get("artifacts", [])
+                 if isinstance(artifact, dict)]
+        if any(texts):
+            return "\n".join(text for text in texts if text)
+        status = self.task.get("status")
+        if isinstance(status, dict) and isinstance(status.get("message"), dict):
+            return _text_of(status["message"].get("parts"))
+        return ""
+
+
+def _rpc_error(error: object) -> str:
+    if not isinstance(error, dict):
+        return "the door answered with an error"
+    message = str(error.get("message") or "error")
+    return f"the door refused the task ({error.get('code')}: {escape_control(message[:300])})"
+
+
+def _send_request(text: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+        "message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
+                    "parts": [{"text": text}]}}}
+
+
+def send_task(door_url: str, token: str, text: str, follower: TaskFollower) -> None:
+    """Send ``text`` with ``SendStreamingMessage`` and follow the stream to its end."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}", "A2A-Version": A2A_VERSION,
+               "Accept": "text/event-stream"}
+    timeout = httpx.Timeout(10.0, read=None)
+    try:
+        with httpx.Client(trust_env=False, follow_redirects=False, timeout=timeout) as client, \
+                client.stream("POST", door_url, json=_send_request(text),
+                              headers=headers) as response:
+            if response.status_code != 200:
+                response.read()
+                raise SendError(_http_refusal(response.status_code, response.content))
+            content_type = response.headers.get("content-type", "")
+            if not content_type.startswith("text/event-stream"):
+                response.read()
+                raise SendError(_rpc_error(_json_or_none(response.content, "error")))
+            for payload in sse_payloads(response.iter_lines()):
+                data = _json_or_none(payload.encode(), None)
+                if not isinstance(data, dict):
+                    continue
+                if "error" in data:
+                    raise SendError(_rpc_error(data["error"]))
+                follower.take(data.get("result"))
+    except httpx.HTTPError as exc:
+        raise SendError(f"the door at {door_url} could not be reached "
+                        f"({type(exc).__name__})") from None
+
+
+def _json_or_none(raw: bytes, key: str | None) -> Any:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if key is None:
+        return data
+    return data.get(key) if isinstance(data, dict) else None
+
+
+def _http_refusal(status: int, body: bytes) -> str:
+    data = _json_or_none(body, None)
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        message = escape_control(str(data.get("message", ""))[:300])
+        return f"the door answered {status} {data['error']}: {message}"
+    return f"the door answered HTTP {status}"
+
+
+def send(args: argparse.Namespace) -> int:
+    """``mur send <frm_…|ses_…|door-url> TEXT [--json]``: the operator's client."""
+    live = _live_records("send")
+    if live is None:
+        return 1
+    try:
+        door_url, token_path, label = resolve_door(args.target, live)
+    except SendError as exc:
+        return _fail("send", str(exc))
+    try:
+        token = read_operator_token(token_path)
+    except (OSError, UnicodeDecodeError):
+        return _fail("send", f"the operator token of {label} cannot be read from "
+                             f"{token_path}")
+    follower = TaskFollower(label)
+    try:
+        send_task(door_url, token, args.text, follower)
+    except SendError as exc:
+        return _fail("send", str(exc))
+    finally:
+        del token
+    if args.json:
+        print(json.dumps(follower.task if follower.task else {"message": follower.message}))
+    state = follower.state
+    if state == "TASK_STATE_COMPLETED":
+        if not args.json:
+            print(follower.answer())
+        return 0
+    answer = follower.answer()
+    detail = f": {escape_control(answer[:500])}" if answer else ""
+    return _fail("send", f"the task ended {state_word(state)}{detail}")
+
+
+# --------------------------------------------------------------------------- mur trace show
+
+#: Fields every record has, shown in their own columns.
+_COLUMNS = ("ts", "event", "member")
+
+
+def _field(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    text = escape_control(text)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def render_record(record: dict[str, Any]) -> str:
+    """One trace record for people: time, member, event, then its key fields."""
+    fields = " ".join(f"{key}={_field(value)}" for key, value in record.items()
+                      if key not in _COLUMNS and value is not None)
+    member = str(record.get("member") or "-")
+    return (f"{record.get('ts', '-')}  {escape_control(member):<12}  "
+            f"{escape_control(str(record.get('event', '-'))):<18}  {fields}").rstrip()
+
+
+def trace_records(ident: str) -> list[dict[str, Any]] | None:
+    """The merged records of a formation or one session; None when none are found."""
+    from launcher.trace import (
+        find_formation_traces,
+        find_session_trace,
+        merge_traces,
+        read_trace,
+    )
+
+    if is_formation_id(ident):
+        pairs = find_formation_traces(ident)
+        return merge_traces(pairs) if pairs else None
+    path = find_session_trace(ident)
+    if path is None:
+        return None
+    first = next(iter(read_trace(path)), {})
+    member = first.get("formation_member") or "-"
+    return merge_traces([(str(member), path)])
+
+
+def trace_show(args: argparse.Namespace) -> int:
+    """``mur trace show <frm_…|ses_…> [--json]``: records merged in time order."""
+    ident: str = args.id
+    if not (is_formation_id(ident) or is_session_id(ident)):
+        return _not_an_id("trace show", ident)
+    kind = "formation" if is_formation_id(ident) else "session"
+    try:
+        records = trace_records(ident)
+    except OSError as exc:
+        return _fail("trace show", f"the records of {kind} {ident} cannot be read "
+                                   f"({exc.strerror or exc})")
+    if records is None:
+        return _fail("trace show", f"no trace of {kind} {ident} under the records of this "
+                                   "MURMUR_HOME")
+    out = sys.stdout
+    for record in records:
+        out.write((json.dumps(record, ensure_ascii=False) if args.json
+                   else render_record(record)) + "\n")
+    return 0

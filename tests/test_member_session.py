@@ -1,0 +1,273 @@
+"""A member's whole session in-process (real uvicorn on 127.0.0.1, a real installed
+capsule, no signals installed): staging, readiness, --task, each ending, start failures."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from launcher import member_session
+from launcher.ids import new_formation_id, new_session_id
+from launcher.member_formation import FormationPlace
+from launcher.member_options import MemberOptions
+from launcher.member_session import MemberSession, SessionPlan
+from launcher.member_shutdown import FORCED_EXIT, ProtocolOut
+from launcher.records import running_dir
+from launcher.store import install, pack, resolve
+from launcher.trace import read_trace
+
+AGENT = '''
+import asyncio
+
+async def run(task):
+    if task.text.startswith("sleep "):
+        await asyncio.sleep(float(task.text.split()[1]))
+    if task.text == "fail":
+        raise RuntimeError("no luck")
+    return "done: " + task.text
+'''
+
+_names = itertools.count()
+
+
+def install_capsule(tmp_path: Path, *, agent: str = AGENT, extra: str = "",
+                    authentication: str = "{}") -> tuple[Path, str]:
+    """A capsule with a module name of its own (this process imports each once)."""
+    number = next(_names)
+    name, module = f"unit{number}", f"unit_session_agent_{os.getpid()}_{number}"
+    source = tmp_path / "src" / name
+    source.mkdir(parents=True)
+    (source / f"{module}.py").write_text(agent)
+    (source / "murmur.yaml").write_text(
+        f"manifest_version: 1\nname: {name}\nversion: 1.0.0\nagent:\n  python: {module}:run\n"
+        f"network:\n  authentication: {authentication}\n{extra}")
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    packed = pack(source, tmp_path / f"{name}.mur.zip")
+    install(packed.path, project)
+    return project, f"local/{name}"
+
+
+class Stdout:
+    """A pipe standing in for the member's stdout."""
+
+    def __init__(self) -> None:
+        self.read_end, write_end = os.pipe()
+        err_read, err_write = os.pipe()
+        self._fake = os.dup(write_end)
+        self.out = ProtocolOut(stdout_fd=self._fake, stderr_fd=err_write)
+        for fd in (write_end, err_read, err_write):
+            os.close(fd)
+
+    def lines(self) -> list[str]:
+        self.out.close()
+        os.close(self._fake)
+        data = b""
+        while chunk := os.read(self.read_end, 65536):
+            data += chunk
+        os.close(self.read_end)
+        return data.decode().splitlines()
+
+
+def plan(tmp_path: Path, *, task: str | None = None, deadline: datetime | None = None,
+         place: FormationPlace | None = None, json_line: bool = True,
+         exits: list[int] | None = None, environ: dict[str, str] | None = None,
+         **capsule: Any) -> SessionPlan:
+    project, name = install_capsule(tmp_path, **capsule)
+    options = MemberOptions(capsule=name, version="1.0.0", sha256=None, project=project,
+                            task=task, deadline=deadline, task_acceptance=None,
+                            after_task=None, resume=None, json=json_line)
+    return SessionPlan(options=options, artifact=resolve(project, name, "1.0.0"),
+                       place=place or FormationPlace(), session_id=new_session_id(),
+                       workdir=project, environ=environ or {}, launcher_pid=os.getppid(),
+                       lifeline_grace=0.2, install_signals=False,
+                       exit_fn=(exits if exits is not None else []).append,
+                       diagnostics=io.StringIO())
+
+
+def trace_of(session: MemberSession) -> list[dict[str, Any]]:
+    assert session.records is not None
+    return read_trace(session.records.trace)
+
+
+def events(session: MemberSession) -> list[str]:
+    return [record["event"] for record in trace_of(session)]
+
+
+@pytest.fixture
+def stdout() -> Iterator[Stdout]:
+    yield Stdout()
+
+
+async def wait_until(predicate: Any, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+# --------------------------------------------------------------------- a task run
+
+
+async def test_a_task_run_stages_serves_reports_and_ends_ok(tmp_path: Path,
+                                                           stdout: Stdout) -> None:
+    session = MemberSession(plan(tmp_path, task="hello"), stdout.out)
+    outcome = await session.run()
+    assert (outcome.exit_code, outcome.exit_status, outcome.code) == (0, "ok", None)
+    ready, result = stdout.lines()
+    line = json.loads(ready)
+    assert line["session_id"] == session.plan.session_id
+    assert line["door_url"] == session.door_url
+    assert result == "done: hello"
+    assert session.records is not None
+    assert session.records.result.read_text() == "done: hello\n"
+    assert session.records.operator_token.stat().st_mode & 0o777 == 0o600
+    names = events(session)
+    assert names[0] == "session_start" and names[-1] == "session_end"
+    assert trace_of(session)[-1]["reason"] == "task"
+    assert not (running_dir() / f"{session.plan.session_id}.json").exists()
+
+
+async def test_a_failed_task_ends_failed_with_its_message(tmp_path: Path,
+                                                         stdout: Stdout) -> None:
+    session = MemberSession(plan(tmp_path, task="fail"), stdout.out)
+    outcome = await session.run()
+    assert (outcome.exit_code, outcome.exit_status, outcome.code) == (1, "failed", "E-RUN-041")
+    assert stdout.lines()[-1] == "failed: no luck"
+    diagnostics = session.plan.diagnostics.getvalue()
+    assert "E-RUN-041" in diagnostics and "no luck" in diagnostics
+
+
+# --------------------------------------------------------------------- endings
+
+
+async def test_a_signal_while_a_task_runs_cancels_it(tmp_path: Path, stdout: Stdout) -> None:
+    session = MemberSession(plan(tmp_path, task="sleep 30"), stdout.out)
+    running = asyncio.create_task(session.run())
+    await wait_until(lambda: session.running_tasks())
+    session._on_signal(15)
+    outcome = await running
+    assert (outcome.exit_code, outcome.exit_status, outcome.code) == (1, "canceled",
+                                                                      "E-RUN-040")
+    assert stdout.lines()[-1] == "canceled: the session was stopped by SIGTERM"
+
+
+async def test_stop_session_from_the_operator_ends_an_idle_session(tmp_path: Path,
+                                                                  stdout: Stdout) -> None:
+    session = MemberSession(plan(tmp_path), stdout.out)
+    running = asyncio.create_task(session.run())
+    await wait_until(lambda: session.records is not None and session.door is not None
+                     and session._server is not None and session._server.started)
+    assert session.records is not None
+    token = session.records.operator_token.read_text()
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(session.door_url + "/", json={
+            "jsonrpc": "2.0", "id": 1, "method": "murmur.StopSession", "params": {}},
+            headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"})
+    assert answer.json()["result"] == {"stopping": True}
+    outcome = await running
+    assert (outcome.exit_code, outcome.exit_status) == (0, "ok")
+    assert trace_of(session)[-1]["reason"] == "stop_session"
+
+
+async def test_a_deadline_already_past_ends_at_once(tmp_path: Path, stdout: Stdout) -> None:
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    session = MemberSession(plan(tmp_path, task="sleep 30", deadline=past), stdout.out)
+    outcome = await asyncio.wait_for(session.run(), 20)
+    assert (outcome.exit_code, outcome.exit_status, outcome.code) == (
+        1, "deadline_reached", "E-RUN-053")
+    names = events(session)
+    assert names.index("deadline_reached") < names.index("session_end")
+
+
+async def test_the_lifeline_ends_the_session_formation_ended_and_arms_the_watchdog(
+        tmp_path: Path, stdout: Stdout, monkeypatch: pytest.MonkeyPatch) -> None:
+    diverted: list[Path] = []
+    monkeypatch.setattr(member_session, "launcher_gone", lambda pid: True)
+    monkeypatch.setattr(member_session, "divert_stderr_to", diverted.append)
+    read_end, write_end = os.pipe()
+    exits: list[int] = []
+    formation = new_formation_id()
+    place = FormationPlace(formation_id=formation, lifeline=read_end)
+    session = MemberSession(plan(tmp_path, task="sleep 30", place=place, exits=exits),
+                            stdout.out)
+    running = asyncio.create_task(session.run())
+    await wait_until(lambda: session.running_tasks())
+    os.close(write_end)
+    outcome = await running
+    assert (outcome.exit_code, outcome.exit_status, outcome.code) == (0, "formation_ended",
+                                                                      None)
+    records = trace_of(session)
+    ended = [i for i, r in enumerate(records) if r["event"] == "formation_ended"]
+    canceled = [i for i, r in enumerate(records) if r.get("state") == "TASK_STATE_CANCELED"]
+    assert ended and canceled and ended[0] < canceled[0]
+    assert records[ended[0]]["formation_id"] == formation
+    await asyncio.sleep(0.3)  # the watchdog's grace in this plan is 0.2 s
+    assert exits == [FORCED_EXIT]
+    assert session.records is not None and diverted == [session.records.bootstrap_log]
+    assert stdout.lines()[-1] == "canceled: the formation ended"
+
+
+async def test_the_idle_timeout_ends_a_quiet_session(tmp_path: Path, stdout: Stdout) -> None:
+    session = MemberSession(plan(tmp_path, extra="lifecycle: {idle_timeout: 1s}\n"),
+                            stdout.out)
+    outcome = await asyncio.wait_for(session.run(), 20)
+    assert (outcome.exit_code, outcome.exit_status) == (0, "ok")
+    assert trace_of(session)[-1]["reason"] == "idle_timeout"
+
+
+# --------------------------------------------------------------------- start failures
+
+
+async def test_an_agent_that_does_not_import_fails_with_e_run_043(tmp_path: Path,
+                                                                 stdout: Stdout) -> None:
+    session = MemberSession(plan(tmp_path, task="x", agent="raise ImportError('broken')\n"),
+                            stdout.out)
+    outcome = await session.run()
+    assert (outcome.exit_code, outcome.exit_status, outcome.code) == (1, "failed",
+                                                                      "E-RUN-043")
+    assert stdout.lines() == []  # never ready
+    end = trace_of(session)[-1]
+    assert end["event"] == "session_end" and end["code"] == "E-RUN-043"
+    assert not (running_dir() / f"{session.plan.session_id}.json").exists()
+
+
+async def test_a_missing_bearer_variable_fails_with_e_run_042(tmp_path: Path,
+                                                             stdout: Stdout) -> None:
+    authentication = "{bearer: [{name: ci, env: CI_TOKEN}]}"
+    session = MemberSession(plan(tmp_path, task="x", authentication=authentication),
+                            stdout.out)
+    outcome = await session.run()
+    assert (outcome.exit_code, outcome.code) == (1, "E-RUN-042")
+    assert "CI_TOKEN" in session.plan.diagnostics.getvalue()
+    assert trace_of(session)[-1]["code"] == "E-RUN-042"
+
+
+async def test_a_declared_bearer_is_let_in(tmp_path: Path, stdout: Stdout) -> None:
+    authentication = "{bearer: [{name: ci, env: CI_TOKEN}]}"
+    session = MemberSession(plan(tmp_path, authentication=authentication,
+                                 environ={"CI_TOKEN": "ci-token-0123456789abcdef"}),
+                            stdout.out)
+    running = asyncio.create_task(session.run())
+    await wait_until(lambda: session._server is not None and session._server.started)
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(session.door_url + "/", json={
+            "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+                "messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}},
+            headers={"Authorization": "Bearer ci-token-0123456789abcdef",
+                     "A2A-Version": "1.0"})
+    assert answer.json()["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "done: hi"
+    session._on_signal(15)
+    outcome = await running
+    assert (outcome.exit_code, outcome.exit_status) == (0, "ok")
+    received = [r for r in trace_of(session) if r["event"] == "a2a_task_received"]
+    assert received[0]["credential"] == "bearer:ci" and received[0]["trust"] == "untrusted"
