@@ -28,9 +28,13 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
+# Benchmarks (ratios measured in one run; results under loadtests/results/). Not tests.
 bench: $(STAMP)
 	$(BIN)/python loadtests/bench_tokens.py
 	$(BIN)/python loadtests/bench_auth.py
+	$(BIN)/python loadtests/bench_door.py
+	$(BIN)/python loadtests/bench_proxy.py
+	$(BIN)/python loadtests/bench_launch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

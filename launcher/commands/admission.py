@@ -56,8 +56,12 @@ def _doctor(args: argparse.Namespace) -> int:
         admitted = admit(project)
     except DiagnosticError as refusal:
         if args.json:
-            print(json.dumps({"admitted": False, "project_dir": str(project.resolve()),
-                              "error": refusal.diagnostic.to_json(), "warnings": []}))
+            # The diagnostic's own keys (code, severity, message, hint, path) stand at the
+            # top, as every --json diagnostic does (DESIGN.md section 10).
+            refused = refusal.diagnostic.to_json()
+            print(json.dumps({**refused, "admitted": False,
+                              "project_dir": str(project.resolve()),
+                              "error": refused, "warnings": []}))
         else:
             emit(refusal.diagnostic, sys.stderr)
         return 1
