@@ -14,7 +14,8 @@ A member reaches the members it may call at virtual addresses
    and exactly one ``Authorization: Bearer <token>``, ``x-murmur-task-origin: peer`` and
    the running task's trust class are attached; URL and ``Host`` become the real door's;
 5. a redirect is handed back as it is, never followed here, so the token never goes
-   anywhere but the callee's door (see ``docs/proxy.md``, "Redirects").
+   anywhere but the callee's door; a client that follows one may not reach a virtual
+   address with the follow-up, whoever redirected (see ``docs/proxy.md``, "Redirects").
 
 Requests to any other host pass the same allow-list and never carry a formation token.
 A formation token is never written into a repr, a log line or an exception.
@@ -56,10 +57,11 @@ HOP_BY_HOP: Final = frozenset({
 #: Framing is recomputed from the body this transport forwards, never copied.
 _RECOMPUTED: Final = frozenset({"host", "content-length"})
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
-#: Set on a request's extensions when a member's door answered it with a redirect: a
-#: request that follows it (httpx copies extensions onto the follow-up) may not reach a
-#: virtual address, or a callee could make this member call someone on its behalf.
-_FOLLOWS_MEMBER_REDIRECT: Final = "murmur.follows_member_redirect"
+#: Set on a request's extensions when it was answered with a redirect, by a member's
+#: door or by any other host: a request that follows it (httpx copies extensions onto the
+#: follow-up) may not reach a virtual address, or a callee or an outside host could make
+#: this member call someone on its behalf, with its token attached.
+_FOLLOWS_REDIRECT: Final = "murmur.follows_redirect"
 #: ``timeout`` is the only request extension forwarded to the inner transport. ``trace``
 #: in particular is dropped: httpcore hands it the outgoing headers, token included.
 _UNICODE_DOTS: Final = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
@@ -491,7 +493,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
         userinfo = url.userinfo
         name = self._shared.virtual_hosts.get(raw_host)
         if (name is not None and hosts == [raw_host] and not userinfo and url.port is None
-                and url.scheme == "http" and _FOLLOWS_MEMBER_REDIRECT not in request.extensions):
+                and url.scheme == "http" and _FOLLOWS_REDIRECT not in request.extensions):
             return name                         # exactly a callee's address: the usual case
         addressed = (names_formation(raw_host)
                      or (userinfo and names_formation(userinfo.decode("ascii", "replace")))
@@ -501,7 +503,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
         name = exact_virtual_name(raw_host)
         exact = (name is not None and url.scheme == "http" and url.port is None
                  and not userinfo and hosts == [raw_host]
-                 and _FOLLOWS_MEMBER_REDIRECT not in request.extensions)
+                 and _FOLLOWS_REDIRECT not in request.extensions)
         if not exact or name not in self._shared.tokens:
             raise FormationRefused(request)
         return name
@@ -549,8 +551,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
             raise failure
         response.request = request
         response.stream = _SanitizedStream(response.stream, request, token)
-        if response.status_code in _REDIRECT_STATUSES and "location" in response.headers:
-            request.extensions[_FOLLOWS_MEMBER_REDIRECT] = True
+        _mark_redirect(request, response)
         return response
 
     async def _door(self, request: httpx.Request, callee: str) -> _Door:
@@ -581,7 +582,17 @@ class FormationTransport(httpx.AsyncBaseTransport):
                 f"refused: capabilities.network.allow does not allow "
                 f"{request.url.host}:{request.url.port or _default_port(request.url.scheme)}",
                 request=request)
-        return await self._shared.inner.handle_async_request(_without_runtime_headers(request))
+        response = await self._shared.inner.handle_async_request(
+            _without_runtime_headers(request))
+        _mark_redirect(request, response)
+        return response
+
+
+def _mark_redirect(request: httpx.Request, response: httpx.Response) -> None:
+    """A redirect is never followed with a token attached: its follow-up may not use a
+    virtual address, whoever answered with it (step 5)."""
+    if response.status_code in _REDIRECT_STATUSES and "location" in response.headers:
+        request.extensions[_FOLLOWS_REDIRECT] = True
 
 
 class _SanitizedStream(httpx.AsyncByteStream):

@@ -488,6 +488,20 @@ async def test_redirect_back_to_the_same_virtual_address_is_refused() -> None:
     assert len(formation.net.to(CODER_DOOR)) == 1
 
 
+async def test_an_outside_host_redirecting_to_a_virtual_address_never_gets_a_token_sent(
+        ) -> None:
+    # Regression: a redirect answered by an allowed real host was followed to a virtual
+    # address with the formation token attached, so any outside host a member may reach
+    # could make it call a member on the host's behalf.
+    formation = Formation(doors={OUTSIDE: FakeDoor(
+        redirect_to="http://coder.formation.invalid/")})
+    async with formation.client(follow_redirects=True) as client:
+        with pytest.raises(FormationRefused):
+            await client.get(f"http://{OUTSIDE}/")
+    assert formation.coder.seen == []
+    assert formation.token_sent_to() == set()
+
+
 # -- The token stays the runtime's -----------------------------------------------------
 
 async def test_repr_and_refusals_never_show_a_token(formation: Formation) -> None:
