@@ -50,6 +50,7 @@ from launcher.formation_ready import (
 )
 from launcher.hostcheck import host_diagnostics
 from launcher.ids import new_formation_id
+from launcher.member_options import DIAGNOSTICS_ENV
 from launcher.process import PIPE, drain, forward_lines, process_start_time
 from launcher.records import (
     PeerDirectoryExists,
@@ -218,6 +219,9 @@ class Launch:
         self.deadline = deadline
         self.json_mode = json_mode
         self.environ = dict(environ)
+        # Members print their readiness line as JSON for the launcher to read; their
+        # diagnostics follow the launch's own --json (DESIGN.md section 10).
+        self.environ[DIAGNOSTICS_ENV] = "json" if json_mode else "text"
         self.formation_id = new_formation_id()
         self._key: FormationKey | None = FormationKey.generate()
         self.members: dict[str, LaunchedMember] = {}

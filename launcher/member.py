@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit, redact
 from launcher.ids import new_session_id
 from launcher.member_formation import FormationPlace, close_place, forget_descriptors, read_place
-from launcher.member_options import MemberOptions, UsageError, options_from
+from launcher.member_options import MemberOptions, UsageError, diagnostics_as_json, options_from
 from launcher.member_outcome import SESSION_NOT_STAGED, member_diagnostic
 from launcher.member_shutdown import ProtocolOut, lifeline_grace
 
@@ -45,7 +45,7 @@ __all__ = ["main"]
 
 def main(args: argparse.Namespace) -> int:
     """Run one member; returns its exit status."""
-    json_mode = bool(getattr(args, "json", False))
+    json_mode = diagnostics_as_json(bool(getattr(args, "json", False)), os.environ)
     try:
         options = options_from(args)
     except UsageError as problem:
@@ -131,7 +131,8 @@ def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_i
     except OSError as exc:
         _report(member_diagnostic(SESSION_NOT_STAGED, action="staged",
                                   problem=f"the current directory is gone ({exc.strerror})",
-                                  fix="run mur from a directory that exists"), options.json)
+                                  fix="run mur from a directory that exists"),
+                options.diagnostics_json)
         close_place(place)
         return 1
     _quiet_logging()
@@ -147,7 +148,7 @@ def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_i
         _report(member_diagnostic(SESSION_NOT_STAGED, action="run",
                                   problem=f"{type(exc).__name__}: {exc}",
                                   fix="this is a fault in mur; report it with the session's "
-                                      "trace.jsonl"), options.json)
+                                      "trace.jsonl"), options.diagnostics_json)
         return 1
     finally:
         out.close()

@@ -8,7 +8,9 @@ the flag and what it accepts. Nothing here touches a store, a record or a descri
 from __future__ import annotations
 
 import argparse
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +22,8 @@ from launcher.ids import is_session_id
 #: The longest ``--task`` file read (the door itself reads 1 MiB requests).
 MAX_TASK_BYTES = 16 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+#: Set by the launcher for its members: ``text`` or ``json`` (see diagnostics_as_json).
+DIAGNOSTICS_ENV = "MURMUR_DIAGNOSTICS"
 
 
 class UsageError(Exception):
@@ -40,6 +44,18 @@ class MemberOptions:
     after_task: Literal["exit", "sleep"] | None
     resume: str | None
     json: bool
+
+    @property
+    def diagnostics_json(self) -> bool:
+        """Whether diagnostics print as JSON: see :func:`diagnostics_as_json`."""
+        return diagnostics_as_json(self.json, os.environ)
+
+
+def diagnostics_as_json(json_flag: bool, environ: Mapping[str, str]) -> bool:
+    """``--json`` prints the readiness line and diagnostics as JSON; a launcher that
+    runs without ``--json`` sets ``MURMUR_DIAGNOSTICS=text`` so that its members (started
+    with ``--json`` for their readiness line) print diagnostics as text on its stderr."""
+    return json_flag and environ.get(DIAGNOSTICS_ENV) != "text"
 
 
 def parse_deadline(value: str, *, now: datetime | None = None) -> datetime:

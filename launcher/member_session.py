@@ -448,7 +448,8 @@ class MemberSession:
                 "version": self.options.version, "records_dir": str(records.dir)}
             if place.formation_id is not None:
                 line["formation_id"] = place.formation_id
-                line["member"] = place.member
+                if place.member is not None:  # None: started by hand (W-RUN-007)
+                    line["member"] = place.member
             text = json.dumps(line, separators=(",", ":"))
         else:
             member = f" as member {place.member} of {place.formation_id}" \
@@ -639,7 +640,7 @@ class MemberSession:
 
     def _report(self, diagnostic: Diagnostic) -> None:
         with contextlib.suppress(OSError, ValueError):
-            emit(diagnostic, self.plan.diagnostics, json_mode=self.options.json)
+            emit(diagnostic, self.plan.diagnostics, json_mode=self.options.diagnostics_json)
 
 
 # ------------------------------------------------------------------------- helpers

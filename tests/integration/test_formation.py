@@ -265,6 +265,20 @@ def test_kill_leaves_no_member_running_within_30_seconds(
 # --------------------------------------------------------------------------- the deadline
 
 
+def test_without_json_every_members_diagnostics_print_as_text(
+        pair: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    # Members are started with --json for their readiness line; their diagnostics must
+    # still follow the launch's own format: `error E-RUN-053: ...` then `  hint: ...`.
+    process = start_launcher(pair, "--deadline", "6s")
+    launched.append(process)
+    _, err = process.communicate(timeout=60)
+    text = err.decode()
+    assert process.returncode == 1, text
+    assert "error E-RUN-053: " in text
+    assert "  hint: " in text
+    assert '"code"' not in text
+
+
 def test_the_deadline_while_running_ends_every_member_at_the_same_moment(
         pair: Path, launched: list[subprocess.Popen[bytes]]) -> None:
     started = time.monotonic()

@@ -256,6 +256,7 @@ def test_a_member_started_by_hand_warns_w_run_007_and_runs(project: Project) -> 
     assert member.wait() == 0
     assert support.codes(member.stderr) == ["W-RUN-007"]
     assert member.ready["formation_id"] == formation_id
+    assert "member" not in member.ready       # it holds no roster name
     assert member.trace()[0]["formation_id"] == formation_id
     assert member.stdout.startswith("operator/trusted/None/" + formation_id)
 
