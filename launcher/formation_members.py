@@ -14,6 +14,7 @@ a misbehaving member in a formation. It is never passed on to a member.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ from gateway.tokens import FormationKey
 from launcher.channel import CHANNEL_ENV, FORMATION_ENV, PEERS_ENV, ChannelWriter
 from launcher.formation_ready import READY_SECONDS_ENV, Ready
 from launcher.hostcheck import mark_reported
+from launcher.member_options import WORKDIR_ENV
 from launcher.process import (
     DEVNULL,
     LIFELINE_ENV,
@@ -136,9 +138,12 @@ def start_member(member: AdmittedMember, *, key: FormationKey, formation_id: str
         process = ManagedProcess.start(
             member_argv(member, project_dir=project_dir, deadline=deadline, extra=extra,
                         environ=environ),
-            cwd=workdir,
-            env=member_env(environ, formation_id=formation_id,
-                           channel_fd=channel.child_fd, lifeline_fd=lifeline.child_fd),
+            # The launcher's current directory, as the reference's table says; the work
+            # folder goes by MURMUR_WORKDIR.
+            cwd=os.getcwd(),
+            env={**member_env(environ, formation_id=formation_id,
+                              channel_fd=channel.child_fd, lifeline_fd=lifeline.child_fd),
+                 WORKDIR_ENV: str(workdir)},
             pass_fds=(channel.child_fd, lifeline.child_fd),
             new_process_group=own_group,
             stdin=DEVNULL, stdout=PIPE, stderr=stderr,

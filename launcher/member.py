@@ -26,13 +26,18 @@ import contextlib
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit, redact
 from launcher.ids import new_session_id
 from launcher.member_formation import FormationPlace, close_place, forget_descriptors, read_place
-from launcher.member_options import MemberOptions, UsageError, diagnostics_as_json, options_from
+from launcher.member_options import (
+    MemberOptions,
+    UsageError,
+    diagnostics_as_json,
+    options_from,
+    work_folder,
+)
 from launcher.member_outcome import SESSION_NOT_STAGED, member_diagnostic
 from launcher.member_shutdown import ProtocolOut, lifeline_grace
 
@@ -99,7 +104,7 @@ def _check_resumable(options: MemberOptions, session_id: str) -> None:
             SESSION_NOT_STAGED, "--resume", action="resumed", problem=problem, fix=fix))
 
     try:
-        records = session_records(os.getcwd(), session_id)
+        records = session_records(work_folder(os.environ), session_id)
     except OSError as exc:
         raise refuse(f"the current directory is gone ({exc.strerror})",
                      "run `mur run --resume` in the folder the session ran in") from None
@@ -127,7 +132,7 @@ def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_i
     from launcher.member_session import MemberSession, SessionPlan
 
     try:
-        workdir = Path(os.getcwd())
+        workdir = work_folder(os.environ)
     except OSError as exc:
         _report(member_diagnostic(SESSION_NOT_STAGED, action="staged",
                                   problem=f"the current directory is gone ({exc.strerror})",

@@ -24,6 +24,17 @@ MAX_TASK_BYTES = 16 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 #: Set by the launcher for its members: ``text`` or ``json`` (see diagnostics_as_json).
 DIAGNOSTICS_ENV = "MURMUR_DIAGNOSTICS"
+#: Set by the launcher: the member's work folder. A member's current directory is the
+#: launcher's (so a relative --task path names the same file), while its work folder is
+#: the project directory (entry member) or its own directory under formations/ (peers).
+WORKDIR_ENV = "MURMUR_WORKDIR"
+
+
+def work_folder(environ: Mapping[str, str]) -> Path:
+    """The member's work folder: the launcher's ``MURMUR_WORKDIR``, else the current
+    directory (raises OSError when that is gone)."""
+    given = environ.get(WORKDIR_ENV)
+    return Path(given).resolve() if given else Path(os.getcwd())
 
 
 class UsageError(Exception):

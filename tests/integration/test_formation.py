@@ -229,6 +229,28 @@ def test_a_signal_to_the_launcher_ends_the_formation(
     assert records.list_running() == []
 
 
+def test_members_run_in_the_launchers_directory_and_keep_their_own_work_folders(
+        pair: Path, launched: list[subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    # The reference: every member's current directory is the launcher's (so a relative
+    # --task path names the same file); its work folder is the project directory (entry)
+    # or its own directory under formations/ (peers).
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    process = start_launcher(pair, "--json", cwd=elsewhere)
+    launched.append(process)
+    formation = read_formation_line(process, timeout=90)
+    for member in formation["members"]:
+        assert os.readlink(f"/proc/{member['pid']}/cwd") == str(elsewhere.resolve())
+        workdir = Path(member["workdir"])
+        expected = pair.resolve() if member["entry"] else (
+            records.formations_root() / formation["formation_id"] / member["name"])
+        assert workdir == expected
+        assert (records.workdir_records(workdir) / member["session_id"]).is_dir()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err.decode()
+
+
 # --------------------------------------------------------------------------- kill -KILL
 
 
