@@ -38,6 +38,7 @@ from launcher.manifest import (
     check_files,
     describe_value,
     dotted,
+    load_manifest,
     name_problem,
     parse_manifest,
     read_text_file,
@@ -225,7 +226,7 @@ def pack_bytes(source_dir: Path) -> tuple[bytes, Manifest]:
         raise _pack_refusal(source_dir, "is not a directory",
                             "give the capsule's source directory, the one holding murmur.yaml")
     manifest_path = source_dir / MANIFEST_FILE
-    manifest = _load_source_manifest(manifest_path)
+    manifest = load_manifest(manifest_path)
     files = source_files(source_dir)
     check_files(manifest, {name for name, _ in files}, str(manifest_path))
     total = 0
@@ -245,20 +246,6 @@ def pack_bytes(source_dir: Path) -> tuple[bytes, Manifest]:
                                     "leave data the agent does not need out of the capsule")
             archive.writestr(_zip_entry(name, executable), data)
     return buffer.getvalue(), manifest
-
-
-def _load_source_manifest(path: Path) -> Manifest:
-    try:
-        data = read_text_file(path)
-    except FileNotFoundError:
-        raise DiagnosticError("E-MAN-002", str(path), file=str(path), problem="does not exist",
-                              fix="a capsule directory holds murmur.yaml; `mur new DIR` "
-                                  "writes one") from None
-    except OSError as exc:
-        raise DiagnosticError("E-MAN-002", str(path), file=str(path),
-                              problem=f"cannot be read ({exc.strerror})",
-                              fix="make it a readable file") from None
-    return parse_manifest(data, source=str(path))
 
 
 def pack(source_dir: Path, output: Path | None = None) -> PackedArtifact:
