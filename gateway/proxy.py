@@ -651,7 +651,14 @@ class FormationClient(httpx.AsyncClient):
                 check_raw_url(url)
             except FormationRefused:
                 raise FormationRefused(self._request_or_none(method, url)) from None
-        return super().build_request(method, url, **kwargs)
+        try:
+            return super().build_request(method, url, **kwargs)
+        except (httpx.InvalidURL, UnicodeError):
+            # A name httpx cannot even parse (bad punycode such as xn--coder-) under
+            # formation.invalid gets the one refusal too, never a parser's error.
+            if names_formation(str(url)):
+                raise FormationRefused(None) from None
+            raise
 
     def _request_or_none(self, method: str, url: str) -> httpx.Request | None:
         """The refused request, for the exception's ``request``, when httpx can parse it."""

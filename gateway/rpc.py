@@ -326,6 +326,11 @@ async def _stream(receive: Receive, send: Send, request_id: RequestId,
             async for result in events:
                 await send({"type": "http.response.body", "body": sse_result(request_id, result),
                             "more_body": True})
+                # Let the disconnect watcher run between events: a replayed backlog would
+                # otherwise keep writing to a socket the client has closed.
+                await asyncio.sleep(0)
+                if watching.done():
+                    return
         except RpcError as exc:
             await send({"type": "http.response.body", "body": sse_error(request_id, exc),
                         "more_body": True})

@@ -220,7 +220,8 @@ class TaskStore:
                 start += 1
         page = chosen[start:start + page_size]
         more = start + page_size < len(chosen)
-        history = request.history_length if request.history_length is not None else 0
+        # Unset means no limit, as for GetTask (the specification's history-length rule).
+        history = request.history_length
         tasks = []
         for record in page:
             record.revealed = True

@@ -246,6 +246,16 @@ async def test_send_message_blocks_until_the_task_ends() -> None:
     assert task["history"][0]["contextId"] == task["contextId"]
 
 
+async def test_cancel_of_a_terminal_task_is_task_not_cancelable() -> None:
+    door = make_door(echo)
+    async with client_for(door.app) as client:
+        task = (await rpc(client, "SendMessage", send_params("hi")))["result"]["task"]
+        refused = await rpc(client, "CancelTask", {"id": task["id"]})
+        after = await rpc(client, "GetTask", {"id": task["id"]})
+    assert refused["error"]["code"] == -32002
+    assert after["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
 async def test_return_immediately_answers_before_the_agent_is_done() -> None:
     agent = Held()
     door = make_door(agent)

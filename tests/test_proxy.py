@@ -122,6 +122,7 @@ HOST_TRICKS = [
     "http://coder.formation%2einvalid/",
     "http://coder.form%2561tion.invalid/",
     "http://xn--cder-5qa.formation.invalid/",
+    "http://xn--coder-.formation.invalid/",       # punycode httpx cannot even parse
     "http://cöder.formation.invalid/",
     "http://ｃｏｄｅｒ.formation.invalid/",
     "http://coder。formation。invalid/",

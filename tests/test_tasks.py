@@ -301,7 +301,8 @@ async def test_list_tasks_pages_newest_first_without_gaps_or_repeats() -> None:
     while True:
         page = store.list_tasks(OPERATOR, ListTasksRequest(page_size=2, page_token=token))
         assert page["totalSize"] == 5 and page["pageSize"] == 2
-        assert "artifacts" not in page["tasks"][0] and "history" not in page["tasks"][0]
+        assert "artifacts" not in page["tasks"][0]   # only with includeArtifacts
+        assert page["tasks"][0]["history"]          # unset historyLength: no limit
         pages.append([task["id"] for task in page["tasks"]])
         token = page["nextPageToken"]
         if not token:
@@ -326,6 +327,9 @@ async def test_list_tasks_filters_and_options() -> None:
                                                              history_length=1))
     assert [task["id"] for task in by_context["tasks"]] == [done.id]
     assert len(by_context["tasks"][0]["history"]) == 1
+    unlimited = store.list_tasks(OPERATOR, ListTasksRequest(context_id="ctx-1"))
+    # an unset historyLength imposes no limit (the specification's history rule)
+    assert unlimited["tasks"][0]["history"] == done.history
     future = store.list_tasks(OPERATOR, ListTasksRequest(
         status_timestamp_after="2999-01-01T00:00:00Z"))
     assert future["tasks"] == [] and future["nextPageToken"] == ""
