@@ -84,7 +84,7 @@ if mode == "silent":
 
 creds = first_line()
 session = new_session_id()
-staged = records.stage_session(os.getcwd(), session)
+staged = records.stage_session(os.environ.get("MURMUR_WORKDIR") or os.getcwd(), session)
 records.write_operator_token(staged.operator_token, secrets.token_urlsafe(24))
 writer = trace.TraceWriter(staged.trace)
 writer.write("session_start", session_id=session, formation_id=formation,
