@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 	@echo "installing murmur-door and its test tools into $(VENV) (log: $(VENV)/install.log)"
 	@$(BIN)/pip install --upgrade pip > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	@$(BIN)/pip install -e '.[test]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@# An editable install compiles nothing; every member would otherwise compile ~45
+	@# modules at start (0.15-0.27 s of CPU each; loadtests/bench_launch.py).
+	@$(BIN)/python -m compileall -q gateway launcher >> $(VENV)/install.log 2>&1
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -30,6 +33,7 @@ pytest: $(STAMP)
 
 # Benchmarks (ratios measured in one run; results under loadtests/results/). Not tests.
 bench: $(STAMP)
+	$(BIN)/python -m compileall -q gateway launcher
 	$(BIN)/python loadtests/bench_tokens.py
 	$(BIN)/python loadtests/bench_auth.py
 	$(BIN)/python loadtests/bench_door.py
