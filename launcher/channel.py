@@ -30,10 +30,13 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-from gateway.tokens import MEMBER_NAME_RE, b64url_decode_canonical, b64url_encode
+from gateway.tokens import (
+    MEMBER_NAME_RE,
+    FormationVerifier,
+    InvalidToken,
+    b64url_decode_canonical,
+    b64url_encode,
+)
 from launcher.diagnostics import DiagnosticError
 from launcher.ids import is_formation_id
 
@@ -48,8 +51,6 @@ MAX_FIRST_LINE = 4 * 1024 * 1024
 #: The longest later line kept; a longer one is dropped.
 MAX_DOORS_LINE = 1024 * 1024
 
-_TOKEN_PREFIX = "mft1"  # noqa: S105 - the token kind, not a secret
-_MAX_TOKEN = 512
 _CREDENTIAL_KEYS = frozenset({"formation", "member", "key", "tokens", "entry"})
 
 RefusalCase = Literal[
@@ -147,7 +148,9 @@ def _parse_first_line(line: bytes) -> dict[str, Any]:
     return data
 
 
-def _public_key(text: object) -> tuple[bytes, Ed25519PublicKey]:
+def _verifier(text: object, formation: str) -> FormationVerifier:
+    """The verifier of the line's key: the door's own (gateway.tokens), so the channel
+    accepts exactly the tokens a door would."""
     problem = "`key` must be the 32-byte Ed25519 public key in unpadded base64url"
     if not isinstance(text, str):
         raise _not_credentials(problem)
@@ -155,37 +158,20 @@ def _public_key(text: object) -> tuple[bytes, Ed25519PublicKey]:
         raw = b64url_decode_canonical(text)
         if len(raw) != 32:
             raise ValueError(problem)
-        return raw, Ed25519PublicKey.from_public_bytes(raw)
+        return FormationVerifier(raw, formation)
     except ValueError:
         raise _not_credentials(problem) from None
 
 
-def _canonical_payload(formation: str, caller: str, callee: str) -> bytes:
-    return json.dumps({"formation": formation, "from": caller, "to": callee},
-                      sort_keys=True, separators=(",", ":")).encode("ascii")
-
-
-def token_issued_to(token: str, key: Ed25519PublicKey, *, formation: str, caller: str,
+def token_issued_to(token: str, verifier: FormationVerifier, *, caller: str,
                     callee: str) -> bool:
-    """True when ``token`` is an ``mft1`` token signed by ``key`` that lets ``caller``
-    call ``callee`` in ``formation``, written in its one canonical form."""
-    if len(token) > _MAX_TOKEN or not token.isascii():
-        return False
-    parts = token.split(".")
-    if len(parts) != 3 or parts[0] != _TOKEN_PREFIX:
-        return False
+    """True when ``token`` verifies (signature, canonical form, the verifier's formation)
+    and lets ``caller`` call ``callee``."""
     try:
-        payload = b64url_decode_canonical(parts[1])
-        signature = b64url_decode_canonical(parts[2])
-    except ValueError:
+        claims = verifier.verify(token)
+    except InvalidToken:
         return False
-    if payload != _canonical_payload(formation, caller, callee) or len(signature) != 64:
-        return False
-    try:
-        key.verify(signature, f"{_TOKEN_PREFIX}.{parts[1]}".encode("ascii"))
-    except InvalidSignature:
-        return False
-    return True
+    return claims.caller == caller and claims.callee == callee
 
 
 # --------------------------------------------------------------------------- reading
@@ -269,10 +255,10 @@ def read_credentials(environ: Mapping[str, str],
         os.set_inheritable(fd, False)
     line, rest = _read_first_line(fd, timeout)
     data = _parse_first_line(line)
-    raw_key, key = _public_key(data["key"])
     formation, member = data["formation"], data["member"]
+    verifier = _verifier(data["key"], formation)
     for callee, token in data["tokens"].items():
-        if not token_issued_to(token, key, formation=formation, caller=member, callee=callee):
+        if not token_issued_to(token, verifier, caller=member, callee=callee):
             raise ChannelRefused(
                 "token_not_issued",
                 f"the token for `{callee}` on the formation channel was not issued to "
@@ -285,7 +271,7 @@ def read_credentials(environ: Mapping[str, str],
             f"({environ[FORMATION_ENV][:40]})",
         )
     return ChannelCredentials(
-        formation_id=formation, member=member, key=raw_key,
+        formation_id=formation, member=member, key=b64url_decode_canonical(data["key"]),
         tokens=MappingProxyType(dict(data["tokens"])), entry=data["entry"], fd=fd,
         pending=rest,
     )
