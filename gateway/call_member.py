@@ -36,22 +36,30 @@ from typing import Any, Final
 
 import httpx
 
+# The helpers that need no httpx live in gateway.egress (a member imports them at start
+# without httpx) and are re-exported here.
+from gateway.egress import (
+    PEERS_ENV,
+    answer_text,
+    egress_reaches_loopback,
+    member_env,
+    virtual_address,
+)
+from gateway.egress import parts_text as _parts_text
 from gateway.proxy import (
-    VIRTUAL_SUFFIX,
     DoorUnavailable,
     EgressRefused,
     FormationClient,
     FormationRefused,
     FormationTransport,
-    egress_reaches_loopback,
 )
 
 __all__ = [
     "PEERS_ENV", "CallFailed", "CallHandle", "Backoff", "MemberCalls", "member_env",
     "virtual_address", "fence_answer", "egress_reaches_loopback", "JsonRpcSender",
+    "answer_text",
 ]
 
-PEERS_ENV: Final = "MURMUR_FORMATION_PEERS"
 #: ``task.http``'s default timeouts; the call-member client bounds its own requests by
 #: the call's deadline on top of these.
 DEFAULT_TIMEOUT: Final = httpx.Timeout(30.0)
@@ -72,19 +80,6 @@ DEADLINE: Final = "deadline"
 TRANSPORT_ERROR: Final = "transport error"
 CALLER_ENDED: Final = "canceled by the caller"
 ERROR: Final = "error"
-
-
-def virtual_address(name: str) -> str:
-    """``http://<name>.formation.invalid``: where a component reaches member ``name``."""
-    return f"http://{name}{VIRTUAL_SUFFIX}"
-
-
-def member_env(peers: Sequence[str]) -> dict[str, str]:
-    """``MURMUR_FORMATION_PEERS`` for the components' environment, peers in roster order;
-    an empty dict when the member may call nobody (the variable is never set empty)."""
-    if not peers:
-        return {}
-    return {PEERS_ENV: " ".join(f"{name}={virtual_address(name)}" for name in peers)}
 
 
 class CallFailed(Exception):
@@ -192,29 +187,6 @@ def fence_answer(member: str, text: str) -> str:
     ticks = "`" * max(3, longest + 1)
     body = text if text.endswith("\n") or not text else text + "\n"
     return f"{ticks}member:{member}\n{body}{ticks}"
-
-
-def answer_text(task: Mapping[str, Any]) -> str:
-    """A task's answer: its artifacts' text parts (parts of one artifact concatenated,
-    artifacts one per line), else the text of its final status message."""
-    texts = []
-    for artifact in task.get("artifacts") or ():
-        if isinstance(artifact, Mapping):
-            text = _parts_text(artifact.get("parts"))
-            if text:
-                texts.append(text)
-    if texts:
-        return "\n".join(texts)
-    status = task.get("status")
-    message = status.get("message") if isinstance(status, Mapping) else None
-    return _parts_text(message.get("parts")) if isinstance(message, Mapping) else ""
-
-
-def _parts_text(parts: Any) -> str:
-    if not isinstance(parts, list):
-        return ""
-    return "".join(part["text"] for part in parts
-                   if isinstance(part, Mapping) and isinstance(part.get("text"), str))
 
 
 def _task_state(task: Mapping[str, Any]) -> str:

@@ -23,7 +23,6 @@ A formation token is never written into a repr, a log line or an exception.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import unicodedata
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -34,13 +33,18 @@ from urllib.parse import unquote
 
 import httpx
 
-VIRTUAL_DOMAIN: Final = "formation.invalid"
-VIRTUAL_SUFFIX: Final = "." + VIRTUAL_DOMAIN
+# The allow-list and the names live in gateway.egress, which a member imports at start
+# without httpx; they are re-exported here for everything that imports them from here.
+from gateway.egress import MEMBER_NAME as MEMBER_NAME
+from gateway.egress import VIRTUAL_DOMAIN as VIRTUAL_DOMAIN
+from gateway.egress import VIRTUAL_SUFFIX as VIRTUAL_SUFFIX
+from gateway.egress import AllowList as AllowList
+from gateway.egress import check_callees
+from gateway.egress import default_port as _default_port
+from gateway.egress import egress_reaches_loopback as egress_reaches_loopback
+
 #: How long a request waits for a callee's door URL to arrive on the channel.
 DOOR_URL_WAIT_SECONDS: Final = 10.0
-MEMBER_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
-_TOKEN_TEXT = re.compile(r"[A-Za-z0-9._~+/=-]{1,4096}")
-
 TRUSTED: Final = "trusted"
 UNTRUSTED: Final = "untrusted"
 
@@ -179,139 +183,6 @@ def check_raw_url(url: str) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# The egress allow-list
-
-
-@dataclass(frozen=True, slots=True)
-class _AllowEntry:
-    kind: str                      # "any" | "loopback" | "ip" | "name" | "suffix"
-    value: str                     # normalized host, IP text, or ".suffix"
-    port: int | None
-
-
-_ALLOW_PORT = re.compile(r"^(?P<host>\[[^\]]+\]|[^:\[\]]*)(?::(?P<port>[0-9]{1,5}))?$")
-
-
-def _normal_host(host: str) -> str:
-    """Lower-case ASCII (punycode) form of a host name, without a trailing dot."""
-    host = host.strip().rstrip(".").lower()
-    if host.isascii():
-        return host
-    try:
-        return httpx.URL(f"http://{host}/").raw_host.decode("ascii")
-    except httpx.InvalidURL as exc:
-        raise ValueError(f"capabilities.network.allow entry {host!r} is not a host name") from exc
-
-
-def _parse_allow_entry(entry: str) -> _AllowEntry:
-    text = entry.strip()
-    hint = ("write a bare host such as `localhost`, `api.example.com`, `*.example.com`, "
-            "`127.0.0.1` or `[::1]`, optionally with `:port`")
-    if not text or "/" in text or "@" in text:
-        raise ValueError(f"capabilities.network.allow entry {entry!r} is not a host: {hint}")
-    if text == "*":
-        return _AllowEntry("any", "*", None)
-    try:
-        return _AllowEntry("ip", str(ipaddress.ip_address(text)), None)  # bare IPv6
-    except ValueError:
-        pass
-    match = _ALLOW_PORT.match(text)
-    if match is None:
-        raise ValueError(f"capabilities.network.allow entry {entry!r} is not a host: {hint}")
-    host, port_text = match["host"], match["port"]
-    port = int(port_text) if port_text else None
-    if port is not None and not 0 < port < 65536:
-        raise ValueError(f"capabilities.network.allow entry {entry!r} has no valid port")
-    host = host.strip("[]")
-    try:
-        return _AllowEntry("ip", str(ipaddress.ip_address(host)), port)
-    except ValueError:
-        pass
-    host = _normal_host(host)
-    if host == "localhost":
-        return _AllowEntry("loopback", host, port)
-    if host.startswith("*.") and "*" not in host[2:] and len(host) > 2:
-        return _AllowEntry("suffix", host[1:], port)
-    if "*" in host or not host:
-        raise ValueError(f"capabilities.network.allow entry {entry!r}: a wildcard is only "
-                         f"`*` or a leading `*.`; {hint}")
-    return _AllowEntry("name", host, port)
-
-
-def _ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    address = _ip_of(host)
-    return address is not None and address.is_loopback
-
-
-class AllowList:
-    """``capabilities.network.allow``: which hosts a component's HTTP client may reach.
-
-    Entries: ``localhost`` (the name ``localhost``, every address in 127.0.0.0/8 and
-    ``::1``), an exact host name, an IP address, ``*.example.com`` (every name under
-    example.com, not example.com itself), or ``*`` (any host); each may end in
-    ``:port`` to allow that port only. An empty list allows nothing.
-    """
-
-    __slots__ = ("_entries",)
-
-    def __init__(self, entries: Iterable[str]) -> None:
-        self._entries = tuple(_parse_allow_entry(entry) for entry in entries)
-
-    def __repr__(self) -> str:
-        return f"AllowList({len(self._entries)} entries)"
-
-    def allows(self, url: httpx.URL) -> bool:
-        host = url.raw_host.decode("ascii").rstrip(".").lower()
-        port = url.port if url.port is not None else _default_port(url.scheme)
-        return any(self._matches(entry, host, port) for entry in self._entries)
-
-    @staticmethod
-    def _matches(entry: _AllowEntry, host: str, port: int | None) -> bool:
-        if entry.port is not None and entry.port != port:
-            return False
-        if entry.kind == "any":
-            return True
-        if entry.kind == "loopback":
-            return _is_loopback(host)
-        if entry.kind == "ip":
-            address = _ip_of(host)
-            return address is not None and str(address) == entry.value
-        if entry.kind == "suffix":
-            return host.endswith(entry.value)
-        return host == entry.value
-
-    def reaches_loopback_door(self) -> bool:
-        """Whether a door on ``http://127.0.0.1:<any port>`` is allowed."""
-        return any(entry.port is None and self._matches(entry, "127.0.0.1", None)
-                   for entry in self._entries)
-
-
-def _default_port(scheme: str) -> int | None:
-    return {"http": 80, "https": 443}.get(scheme)
-
-
-def egress_reaches_loopback(allow: Iterable[str]) -> bool:
-    """For the launcher's ``W-RUN-008``: can this grant reach a member's loopback door?
-
-    Doors listen on ``127.0.0.1`` at a port chosen at launch, so an entry limited to one
-    port does not count. Entries that are not hosts raise ``ValueError``.
-    """
-    return AllowList(allow).reaches_loopback_door()
-
-
-# --------------------------------------------------------------------------------------
 # Headers
 
 
@@ -434,13 +305,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
         on_call: CallHook | None = None,
         door_wait: float = DOOR_URL_WAIT_SECONDS,
     ) -> None:
-        for name, token in tokens.items():
-            if not MEMBER_NAME.fullmatch(name):
-                raise ValueError(f"callee name {name!r} is not a member name "
-                                 f"(^[a-z][a-z0-9-]{{0,31}}$)")
-            if not _TOKEN_TEXT.fullmatch(token):      # never echo the token itself
-                raise ValueError(f"the formation token for member {name!r} is not "
-                                 "header-safe text (mft1.<base64url>.<base64url>)")
+        check_callees(tokens)
         self._shared = _Shared(inner, doors, AllowList(allow), on_call, door_wait, tokens)
         self._trust = trust
         self._owns_inner = True

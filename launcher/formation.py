@@ -149,7 +149,7 @@ def reach_warnings(admitted: AdmittedRoster) -> list[Diagnostic]:
         callees = admitted.callees(member.name)
         if not callees:
             continue
-        from gateway.proxy import egress_reaches_loopback  # only for a roster with edges
+        from gateway.egress import egress_reaches_loopback  # only for a roster with edges
 
         try:
             reaches = egress_reaches_loopback(member.manifest.capabilities.network.allow)

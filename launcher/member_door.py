@@ -15,20 +15,16 @@
 
 from __future__ import annotations
 
-import contextvars
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from gateway.agent_card import CardInfo, Skill
 from gateway.auth import AuthPolicy
-from gateway.call_member import CallHandle, MemberCalls, member_env, virtual_address
 from gateway.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
-from gateway.proxy import FormationTransport
+from gateway.egress import AllowList, check_callees, member_env
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationVerifier
 from gateway.trace_bus import TraceBus
@@ -39,6 +35,12 @@ from launcher.manifest import Manifest
 from launcher.member_formation import FormationPlace
 from launcher.member_options import MemberOptions
 from launcher.member_outcome import CAPSULE_NOT_RUNNABLE, DOOR_CREDENTIALS, member_diagnostic
+
+if TYPE_CHECKING:       # httpx and the proxy are imported when a task first calls out
+    import httpx
+
+    from gateway.proxy import FormationTransport
+    from launcher.member_calls import TracedCalls
 
 # --------------------------------------------------------------------------- the door
 
@@ -141,49 +143,15 @@ def monotonic_deadline(deadline: datetime | None) -> float | None:
 
 # --------------------------------------------------------------------------- calls
 
-#: The task whose agent code is running (set when its calls object is made, so agent
-#: code and every task it starts see it).
-_CURRENT_TASK: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "murmur_current_task", default=None)
-#: True inside the call-member client, whose requests are traced once per call.
-_IN_CALL_MEMBER: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "murmur_in_call_member", default=False)
-
-
-class TracedCalls(MemberCalls):
-    """``MemberCalls`` that writes one ``member_call`` record per call: the callee and
-    its virtual address, never its door URL or token."""
-
-    def __init__(self, transport: FormationTransport, *, trace: TraceBus, task_id: str,
-                 peers: tuple[str, ...], trust: str | None, deadline: float | None) -> None:
-        super().__init__(transport, peers=peers, trust=trust, deadline=deadline)
-        self._trace = trace
-        self._task_id = task_id
-
-    async def call_member(self, name: str, text: str) -> CallHandle:
-        if name in self.peers:
-            self._trace.emit("member_call", task_id=self._task_id, callee=name,
-                             url=virtual_address(name))
-        flag = _IN_CALL_MEMBER.set(True)
-        try:
-            return await super().call_member(name, text)
-        finally:
-            _IN_CALL_MEMBER.reset(flag)
-
-    async def cancel_outstanding(self) -> None:
-        flag = _IN_CALL_MEMBER.set(True)
-        try:
-            await super().cancel_outstanding()
-        finally:
-            _IN_CALL_MEMBER.reset(flag)
-
 
 class CallsSeam:
     """This member's formation proxy (one pool) and the calls object of each task.
 
     ``place`` gives the callees and their tokens; ``directory`` the callees' door URLs
     as the channel delivers them. A member in no formation still gets ``task.http``
-    through the proxy, so its requests pass ``capabilities.network.allow``.
+    through the proxy, so its requests pass ``capabilities.network.allow``. The grant
+    and the callees are checked here, at start; the proxy itself (and httpx with it,
+    see ``launcher.member_calls``) is built when a task first asks for its calls.
     """
 
     def __init__(self, *, manifest: Manifest, place: FormationPlace,
@@ -191,60 +159,52 @@ class CallsSeam:
                  deadline: datetime | None, capsule: str) -> None:
         self._trace = trace
         self._deadline = deadline
+        self._tokens = place.tokens
+        self._directory = directory
+        self._allow = tuple(manifest.capabilities.network.allow)
+        self._transport: FormationTransport | None = None
         self.peers = place.callees
         try:
-            self.transport = FormationTransport(
-                _FirstUse(bool(self.peers)), tokens=place.tokens, doors=directory,
-                allow=manifest.capabilities.network.allow, on_call=self._on_request)
+            check_callees(self._tokens)           # as the proxy will, in its order
+            AllowList(self._allow)
         except ValueError as exc:
             raise DiagnosticError(member_diagnostic(
                 CAPSULE_NOT_RUNNABLE, "capabilities.network.allow", capsule=capsule,
                 version=manifest.version, problem=str(exc))) from None
 
+    @property
+    def transport(self) -> FormationTransport:
+        """The formation proxy, built on first use (its pool on its first request)."""
+        if self._transport is None:
+            from launcher.member_calls import formation_transport
+
+            calls_members = bool(self.peers)
+            self._transport = formation_transport(
+                tokens=self._tokens, doors=self._directory, allow=self._allow,
+                trace=self._trace, make_inner=lambda: _inner_transport(calls_members))
+        return self._transport
+
     def calls_for(self, run: TaskRun) -> TracedCalls:
         """The calls object of one running task; its trust is the task's own."""
-        _CURRENT_TASK.set(run.id)
-        return TracedCalls(self.transport, trace=self._trace, task_id=run.id,
-                           peers=self.peers, trust=run.caller.trust,
-                           deadline=monotonic_deadline(self._deadline))
+        from launcher.member_calls import task_calls
 
-    def _on_request(self, callee: str, url: str) -> None:
-        # call_member's own requests are traced once per call (TracedCalls); a request
-        # an agent sends to a member with task.http is traced here.
-        if not _IN_CALL_MEMBER.get():
-            self._trace.emit("member_call", task_id=_CURRENT_TASK.get(), callee=callee,
-                             url=url, via="http")
+        return task_calls(self.transport, trace=self._trace, task_id=run.id,
+                          peers=self.peers, trust=run.caller.trust,
+                          deadline=monotonic_deadline(self._deadline))
 
     async def aclose(self) -> None:
-        await self.transport.aclose()
-
-
-class _FirstUse(httpx.AsyncBaseTransport):
-    """The proxy's inner transport, made by its first request: a pool costs a member's
-    start more CPU than anything else it builds (httpx's loads the system's CA
-    certificates, aiohttp's imports aiohttp), and most members never send a request.
-    One event loop runs every request, so the pool is made once."""
-
-    def __init__(self, calls_members: bool) -> None:
-        self._calls_members = calls_members
-        self._inner: httpx.AsyncBaseTransport | None = None
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._inner is None:
-            self._inner = _inner_transport(self._calls_members)
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        if self._inner is not None:
-            await self._inner.aclose()
+        if self._transport is not None:
+            await self._transport.aclose()
 
 
 def _inner_transport(calls_members: bool) -> httpx.AsyncBaseTransport:
     """aiohttp's pool for a member that calls others (measured faster, docs/proxy.md);
     httpx's own for ``task.http`` alone, which keeps aiohttp's import off a member that
-    never calls anyone. Made by :class:`_FirstUse` on the first request."""
+    never calls anyone. Made on the proxy's first request."""
     if calls_members:
         from gateway.aiohttp_transport import default_inner_transport
 
         return default_inner_transport()
+    import httpx
+
     return httpx.AsyncHTTPTransport()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.a2a import TaskState
-from gateway.call_member import answer_text
+from gateway.egress import answer_text
 from launcher.diagnostics import Diagnostic, diagnostic
 
 TASK_NOT_COMPLETED = "E-RUN-041"

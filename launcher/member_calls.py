@@ -1,0 +1,103 @@
+"""The httpx side of a member's calls, built by ``CallsSeam`` on a task's first calls.
+
+:func:`formation_transport` is the member's formation proxy, its pool made by the first
+request; :class:`TracedCalls` is the calls object of one running task, writing one
+``member_call`` trace record per call. This module imports httpx, the proxy and the
+call-member client, so a member imports it only when a task asks for its calls: httpx
+alone costs a member's start some 30 ms of CPU.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterable, Mapping
+
+import httpx
+
+from gateway.call_member import CallHandle, MemberCalls
+from gateway.egress import virtual_address
+from gateway.proxy import DoorDirectory, FormationTransport
+from gateway.trace_bus import TraceBus
+
+#: The task whose agent code is running (set when its calls object is made, so agent
+#: code and every task it starts see it).
+_CURRENT_TASK: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "murmur_current_task", default=None)
+#: True inside the call-member client, whose requests are traced once per call.
+_IN_CALL_MEMBER: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "murmur_in_call_member", default=False)
+
+
+def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
+                        allow: Iterable[str], trace: TraceBus,
+                        make_inner: Callable[[], httpx.AsyncBaseTransport]
+                        ) -> FormationTransport:
+    """The member's formation proxy; ``make_inner`` makes its pool on the first request.
+    Raises ``ValueError`` for a grant entry that is not a host or a bad callee."""
+
+    def on_request(callee: str, url: str) -> None:
+        # call_member's own requests are traced once per call (TracedCalls); a request
+        # an agent sends to a member with task.http is traced here.
+        if not _IN_CALL_MEMBER.get():
+            trace.emit("member_call", task_id=_CURRENT_TASK.get(), callee=callee,
+                       url=url, via="http")
+
+    return FormationTransport(_FirstUse(make_inner), tokens=tokens, doors=doors,
+                              allow=allow, on_call=on_request)
+
+
+def task_calls(transport: FormationTransport, *, trace: TraceBus, task_id: str,
+               peers: tuple[str, ...], trust: str | None,
+               deadline: float | None) -> TracedCalls:
+    """The calls object of the task ``task_id``, whose agent code is now running."""
+    _CURRENT_TASK.set(task_id)
+    return TracedCalls(transport, trace=trace, task_id=task_id, peers=peers, trust=trust,
+                       deadline=deadline)
+
+
+class TracedCalls(MemberCalls):
+    """``MemberCalls`` that writes one ``member_call`` record per call: the callee and
+    its virtual address, never its door URL or token."""
+
+    def __init__(self, transport: FormationTransport, *, trace: TraceBus, task_id: str,
+                 peers: tuple[str, ...], trust: str | None, deadline: float | None) -> None:
+        super().__init__(transport, peers=peers, trust=trust, deadline=deadline)
+        self._trace = trace
+        self._task_id = task_id
+
+    async def call_member(self, name: str, text: str) -> CallHandle:
+        if name in self.peers:
+            self._trace.emit("member_call", task_id=self._task_id, callee=name,
+                             url=virtual_address(name))
+        flag = _IN_CALL_MEMBER.set(True)
+        try:
+            return await super().call_member(name, text)
+        finally:
+            _IN_CALL_MEMBER.reset(flag)
+
+    async def cancel_outstanding(self) -> None:
+        flag = _IN_CALL_MEMBER.set(True)
+        try:
+            await super().cancel_outstanding()
+        finally:
+            _IN_CALL_MEMBER.reset(flag)
+
+
+class _FirstUse(httpx.AsyncBaseTransport):
+    """The proxy's inner transport, made by its first request: a pool costs a member's
+    start more CPU than anything else it builds (httpx's loads the system's CA
+    certificates, aiohttp's imports aiohttp), and most members never send a request.
+    One event loop runs every request, so the pool is made once."""
+
+    def __init__(self, make_inner: Callable[[], httpx.AsyncBaseTransport]) -> None:
+        self._make_inner = make_inner
+        self._inner: httpx.AsyncBaseTransport | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._inner is None:
+            self._inner = self._make_inner()
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        if self._inner is not None:
+            await self._inner.aclose()
