@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher.commands import missing_project
 from launcher.diagnostics import DiagnosticError, emit
 
 if TYPE_CHECKING:
@@ -49,8 +50,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from launcher.roster import admit
 
     project: Path = args.project
-    if not project.is_dir():
-        print(f"mur doctor: --project {project} is not a directory", file=sys.stderr)
+    if missing_project("doctor", project):
         return 2
     try:
         admitted = admit(project)

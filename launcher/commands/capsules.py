@@ -12,6 +12,7 @@ from pathlib import Path
 from string import Template
 from typing import TYPE_CHECKING, Any
 
+from launcher.commands import missing_project
 from launcher.diagnostics import DiagnosticError, emit
 
 if TYPE_CHECKING:
@@ -176,8 +177,7 @@ def _pack(args: argparse.Namespace) -> int:
 def _install(args: argparse.Namespace) -> int:
     from launcher.store import install
 
-    if not args.project.is_dir():
-        print(f"mur install: --project {args.project} is not a directory", file=sys.stderr)
+    if missing_project("install", args.project):
         return 2
     try:
         installed, changed = install(args.file, args.project, to_global=args.to_global,
@@ -194,8 +194,7 @@ def _install(args: argparse.Namespace) -> int:
 def _lock(args: argparse.Namespace) -> int:
     from launcher.roster import lock_roster
 
-    if not args.project.is_dir():
-        print(f"mur lock: --project {args.project} is not a directory", file=sys.stderr)
+    if missing_project("lock", args.project):
         return 2
     try:
         path, pins = lock_roster(args.project)
