@@ -16,8 +16,9 @@ from gateway.a2a import (
     SESSION_EXTENSION_URI,
     AgentCard,
 )
-from gateway.http_io import Headers, Receive, Scope, Send, header, send_response
+from gateway.http_io import header, send_response
 from gateway.jsonrpc import dumps
+from gateway.types import Headers, Receive, Scope, Send
 
 #: How long a client may reuse the card without asking again; the card of a door only
 #: changes when the door restarts (new session), and a revalidation costs one 304.

@@ -30,7 +30,7 @@ import ipaddress
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,15 +43,10 @@ from gateway.caller import (
 )
 from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
 from gateway.tokens import MEMBER_NAME_RE, FormationVerifier, InvalidToken
+from gateway.types import ASGIApp, Headers, Message, Receive, Scope, Send
 
 __all__ = ["MAX_CREDENTIAL_CHARS", "REFUSALS", "AuthPolicy", "DoorAuth", "Refusal", "loggable"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-Headers = list[tuple[bytes, bytes]]
 
 logger = logging.getLogger("gateway.auth")
 

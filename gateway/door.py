@@ -31,11 +31,12 @@ from gateway.agent_card import CardInfo, CardRoute
 from gateway.auth import AuthPolicy, DoorAuth
 from gateway.caller import Caller, caller_of
 from gateway.credentials import OPERATOR_CREDENTIAL
-from gateway.http_io import ASGIApp, Headers, Receive, Scope, Send, send_json, send_response
+from gateway.http_io import send_json, send_response
 from gateway.jsonrpc import dumps
 from gateway.rpc import RpcEndpoint
 from gateway.tasks import AgentFn, GateConfig, TaskListener, TaskStore, acts_as_operator, new_id
 from gateway.trace_bus import TraceBus
+from gateway.types import ASGIApp, Headers, Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
 

@@ -3,15 +3,7 @@ wait for the client to go away."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-Headers = list[tuple[bytes, bytes]]
+from gateway.types import Headers, Receive, Scope, Send
 
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
 

@@ -27,16 +27,7 @@ from gateway.a2a import (
     SubscribeToTaskRequest,
 )
 from gateway.caller import RPC_SCOPE_KEY, Caller, caller_of
-from gateway.http_io import (
-    BodyTooLarge,
-    Receive,
-    Scope,
-    Send,
-    header,
-    read_body,
-    send_json,
-    wait_disconnect,
-)
+from gateway.http_io import BodyTooLarge, header, read_body, send_json, wait_disconnect
 from gateway.jsonrpc import (
     SSE_HEADERS,
     RequestError,
@@ -52,6 +43,7 @@ from gateway.jsonrpc import (
 )
 from gateway.tasks import StreamEvent, TaskRecord, TaskStore, acts_as_operator
 from gateway.trace_bus import TraceBus
+from gateway.types import Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
 

@@ -510,7 +510,7 @@ class TaskStore:
 
 
 class TaskRun:
-    """What the executor hands the agent for one task (``launcher.capsule`` wraps it)."""
+    """What the executor hands the agent for one task (``launcher.member.capsule`` wraps it)."""
 
     __slots__ = ("_store", "_record")
 

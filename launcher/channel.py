@@ -38,11 +38,8 @@ from gateway.tokens import (
     b64url_encode,
 )
 from launcher.diagnostics import DiagnosticError
+from launcher.env_names import CHANNEL_ENV, FORMATION_ENV, PEERS_ENV
 from launcher.ids import is_formation_id
-
-CHANNEL_ENV = "MURMUR_FORMATION_CHANNEL"
-FORMATION_ENV = "MURMUR_FORMATION_ID"
-PEERS_ENV = "MURMUR_FORMATION_PEERS"
 
 #: How long a member waits for its first line, and a proxy for a callee's door.
 DEFAULT_TIMEOUT = 10.0

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.diagnostics import Diagnostic, diagnostic
-
-REPORTED_ENV = "MURMUR_HOST_WARNINGS_REPORTED"
+from launcher.env_names import HOME_ENV, HOST_WARNINGS_REPORTED_ENV
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class HostWarning:
 
 
 def _home_from(environ: Mapping[str, str]) -> Path:
-    configured = environ.get("MURMUR_HOME", "")
+    configured = environ.get(HOME_ENV, "")
     if configured:
         return Path(os.path.abspath(os.path.expanduser(configured)))
     user_home = environ.get("HOME") or os.path.expanduser("~")
@@ -68,7 +67,7 @@ def _writable_by_others(path: Path, euid: int) -> str | None:
 def host_warnings(environ: Mapping[str, str], *, euid: int | None = None) -> list[HostWarning]:
     """The W-SEC-013 conditions of this host; none when ``environ`` carries
     ``MURMUR_HOST_WARNINGS_REPORTED=1`` (the launcher already printed them)."""
-    if environ.get(REPORTED_ENV) == "1":
+    if environ.get(HOST_WARNINGS_REPORTED_ENV) == "1":
         return []
     euid = os.geteuid() if euid is None else euid
     warnings = []
@@ -99,4 +98,4 @@ def host_diagnostics(environ: Mapping[str, str], *,
 
 def mark_reported(member_environ: MutableMapping[str, str]) -> None:
     """Tell a member the launcher already reported the host's warnings."""
-    member_environ[REPORTED_ENV] = "1"
+    member_environ[HOST_WARNINGS_REPORTED_ENV] = "1"

@@ -8,15 +8,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from launcher.env_names import HOME_ENV
+
 #: The environment variable naming murmur's home; ``~/.murmur`` when unset or empty.
-HOME_VARIABLE = "MURMUR_HOME"
 #: The folder, inside a project, that holds its store (and nothing the user writes).
 PROJECT_STATE_DIR = ".murmur"
 
 
 def murmur_home() -> Path:
     """The root of every global store and record: ``$MURMUR_HOME``, else ``~/.murmur``."""
-    configured = os.environ.get(HOME_VARIABLE, "")
+    configured = os.environ.get(HOME_ENV, "")
     if configured:
         return Path(configured).expanduser()
     return Path.home() / ".murmur"

@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TextIO
 
+from launcher.env_names import LIFELINE_ENV
+
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
 
 #: The longest line :func:`read_line` accepts and :func:`forward_lines` keeps whole.
 MAX_LINE = 64 * 1024
 
-LIFELINE_ENV = "MURMUR_FORMATION_LIFELINE"
 
 
 # --------------------------------------------------------------------------- liveness

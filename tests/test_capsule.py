@@ -1,4 +1,4 @@
-"""launcher.capsule: loading a capsule's agent, the TaskContext, turns, the command harness."""
+"""launcher.member.capsule: loading an agent, the TaskContext, turns, the command harness."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from gateway.a2a import TaskState
 from gateway.tasks import AgentFn, GateConfig, TaskRecord, TaskRun, TaskStore
 from gateway.trace_bus import TraceBus
-from launcher.capsule import (
+from launcher.member.capsule import (
     AgentEnvironment,
     CapsuleError,
     Part,

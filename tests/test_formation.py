@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 
 from gateway.tokens import FormationKey
-from launcher import formation, formation_members, records
-from launcher.formation import exit_status, format_deadline, parse_deadline, reach_warnings
-from launcher.formation_output import formation_line, render_table
-from launcher.formation_ready import (
+from launcher import records
+from launcher.formation import launch as formation
+from launcher.formation import members as formation_members
+from launcher.formation.launch import exit_status, format_deadline, parse_deadline, reach_warnings
+from launcher.formation.output import formation_line, render_table
+from launcher.formation.ready import (
     NotReady,
     card_names_session,
     loopback_door,
@@ -27,7 +29,7 @@ from launcher.formation_ready import (
     ready_seconds,
 )
 from launcher.ids import new_formation_id, new_session_id
-from launcher.member_options import parse_deadline as member_parse_deadline
+from launcher.member.options import parse_deadline as member_parse_deadline
 from launcher.roster import admit
 from launcher.store import install, pack
 
@@ -136,7 +138,7 @@ def test_the_card_must_name_the_reported_session() -> None:
 
 def test_the_session_extension_is_the_one_the_door_serves() -> None:
     from gateway.a2a import SESSION_EXTENSION_URI as served
-    from launcher.formation_ready import SESSION_EXTENSION_URI
+    from launcher.formation.ready import SESSION_EXTENSION_URI
 
     assert SESSION_EXTENSION_URI == served
 

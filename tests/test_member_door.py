@@ -20,12 +20,12 @@ from gateway.door import DoorSettings, build_door
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationKey, FormationVerifier
 from gateway.trace_bus import TraceBus
-from launcher import member_door
 from launcher.channel import ChannelCredentials, DoorDirectory
 from launcher.diagnostics import DiagnosticError
 from launcher.ids import new_formation_id
 from launcher.manifest import parse_manifest
-from launcher.member_door import (
+from launcher.member import door as member_door
+from launcher.member.door import (
     CallsSeam,
     auth_policy,
     card_info,
@@ -34,8 +34,8 @@ from launcher.member_door import (
     monotonic_deadline,
     task_env,
 )
-from launcher.member_formation import FormationPlace
-from launcher.member_options import MemberOptions
+from launcher.member.options import MemberOptions
+from launcher.member.place import FormationPlace
 
 FORMATION = new_formation_id()
 KEY = FormationKey.generate()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.member_options import (
+from launcher.member.options import (
     MAX_TASK_BYTES,
     UsageError,
     options_from,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from launcher.diagnostics import CODES
-from launcher.member_outcome import (
+from launcher.member.outcome import (
     TASK_NOT_COMPLETED,
     Cause,
     Ending,

@@ -10,7 +10,7 @@ import pytest
 from gateway.tokens import FormationKey
 from launcher.channel import ChannelRefused, encode_credentials
 from launcher.ids import new_formation_id, new_session_id
-from launcher.member_formation import close_place, forget_descriptors, read_place
+from launcher.member.place import close_place, forget_descriptors, read_place
 
 SESSION = new_session_id()
 

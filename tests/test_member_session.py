@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from launcher import member_session
 from launcher.ids import new_formation_id, new_session_id
-from launcher.member_formation import FormationPlace
-from launcher.member_options import MemberOptions
-from launcher.member_session import MemberSession, SessionPlan
-from launcher.member_shutdown import FORCED_EXIT, ProtocolOut
+from launcher.member import session as member_session
+from launcher.member.options import MemberOptions
+from launcher.member.place import FormationPlace
+from launcher.member.session import MemberSession, SessionPlan
+from launcher.member.shutdown import FORCED_EXIT, ProtocolOut
 from launcher.records import running_dir
 from launcher.store import install, pack, resolve
 from launcher.trace import read_trace

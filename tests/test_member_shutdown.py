@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from launcher.member_shutdown import (
+from launcher.member.shutdown import (
     FORCED_EXIT,
     LIFELINE_GRACE,
     ProtocolOut,

@@ -59,10 +59,10 @@ def _register_run(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if args.roster:
-        from launcher import formation
-        return formation.main(args)
-    from launcher import member
-    return member.main(args)
+        from launcher.formation import launch
+        return launch.main(args)
+    from launcher.member import main as member_main
+    return member_main.main(args)
 
 
 def _register_stop(subparsers: Any) -> None:

@@ -23,12 +23,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from launcher.env_names import LIFELINE_GRACE_ENV
+
 #: Exit status of a member forced to stop (a second SIGTERM, the lifeline watchdog).
 FORCED_EXIT = 143
 #: Seconds from the lifeline closing to the forced exit (the reference's 20 s).
 LIFELINE_GRACE = 20.0
 #: Tests only: a shorter grace, in seconds (documented in docs/member-runtime.md).
-LIFELINE_GRACE_ENV = "MURMUR_TEST_LIFELINE_GRACE"
 
 ExitFn = Callable[[int], Any]
 

@@ -2,8 +2,8 @@
 
 :func:`main` does the refusals that come before anything is staged, in this order:
 
-1. the flags (:mod:`launcher.member_options`; usage errors exit 2);
-2. the formation environment (:mod:`launcher.member_formation`): ``E-RUN-046`` for
+1. the flags (:mod:`launcher.member.options`; usage errors exit 2);
+2. the formation environment (:mod:`launcher.member.place`): ``E-RUN-046`` for
    ``MURMUR_FORMATION_PEERS`` in its own environment and for every case of the
    formation channel, whose first line is read here, within 10 s; ``W-RUN-007`` for a
    member started by hand;
@@ -13,7 +13,7 @@
 5. ``--resume``: the session must be one of this work folder, not running, of this
    capsule (``E-RUN-044``);
 
-Then :class:`launcher.member_session.MemberSession` runs the session. Exit codes: 0 ok,
+Then :class:`launcher.member.session.MemberSession` runs the session. Exit codes: 0 ok,
 1 a failure with a code, 2 usage, 143 forced (a second SIGTERM; 20 s after the lifeline
 closed). docs/member-runtime.md records the decisions the documents leave open.
 """
@@ -30,20 +30,20 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit, redact
 from launcher.ids import new_session_id
-from launcher.member_formation import FormationPlace, close_place, forget_descriptors, read_place
-from launcher.member_options import (
+from launcher.member.options import (
     MemberOptions,
     UsageError,
     diagnostics_as_json,
     options_from,
     work_folder,
 )
-from launcher.member_outcome import SESSION_NOT_STAGED, member_diagnostic
-from launcher.member_shutdown import ProtocolOut, lifeline_grace
+from launcher.member.outcome import SESSION_NOT_STAGED, member_diagnostic
+from launcher.member.place import FormationPlace, close_place, forget_descriptors, read_place
+from launcher.member.shutdown import ProtocolOut, lifeline_grace
 
 if TYPE_CHECKING:
-    from launcher.member_outcome import Outcome
-    from launcher.member_session import MemberSession
+    from launcher.member.outcome import Outcome
+    from launcher.member.session import MemberSession
 
 __all__ = ["main"]
 
@@ -129,7 +129,7 @@ def _check_resumable(options: MemberOptions, session_id: str) -> None:
 
 def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_id: str,
          launcher_pid: int) -> int:
-    from launcher.member_session import MemberSession, SessionPlan
+    from launcher.member.session import MemberSession, SessionPlan
 
     try:
         workdir = work_folder(os.environ)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from launcher.formation_members import LaunchedMember
+from launcher.formation.members import LaunchedMember
 
 
 def formation_line(formation_id: str, project_dir: Path,

@@ -6,7 +6,7 @@ uvicorn on ``127.0.0.1`` at a port of its own, prints the one readiness line onc
 door answers, runs ``--task`` as a task on its own door, and ends on the first of: a
 signal, ``murmur.StopSession``, ``after_task: exit``, the idle timeout, the lifeline
 closing, the deadline, or the ``--task`` task ending. The ending itself follows
-:mod:`launcher.member_outcome`; ``session_end`` is always written and the running record
+:mod:`launcher.member.outcome`; ``session_end`` is always written and the running record
 always removed.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import shutil
 import signal
@@ -26,17 +25,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from gateway.a2a import TERMINAL_STATES, TaskState
 from gateway.credentials import OperatorToken
 from gateway.door import Door, DoorSettings, build_door
 from gateway.jsonrpc import RpcError
 from gateway.trace_bus import TraceBus, TraceRecord
-from launcher.capsule import CapsuleError, load_agent
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
-from launcher.member_door import (
+from launcher.member.capsule import CapsuleError, load_agent
+from launcher.member.door import (
     CallsSeam,
     agent_environment,
     auth_policy,
@@ -45,9 +42,8 @@ from launcher.member_door import (
     idle_timeout,
     task_env,
 )
-from launcher.member_formation import FormationPlace, close_place
-from launcher.member_options import MemberOptions
-from launcher.member_outcome import (
+from launcher.member.options import MemberOptions
+from launcher.member.outcome import (
     CANCEL_REASONS,
     CAPSULE_NOT_RUNNABLE,
     SESSION_NOT_STAGED,
@@ -58,7 +54,9 @@ from launcher.member_outcome import (
     member_diagnostic,
     result_text,
 )
-from launcher.member_shutdown import ExitFn, ProtocolOut, SignalGuard, Watchdog, hard_exit
+from launcher.member.place import FormationPlace, close_place
+from launcher.member.server import DoorServer
+from launcher.member.shutdown import ExitFn, ProtocolOut, SignalGuard, Watchdog, hard_exit
 from launcher.process import divert_stderr_to, launcher_gone, process_start_time, wait_for_eof
 from launcher.records import (
     RunningRecord,
@@ -80,11 +78,6 @@ HEALTH_SECONDS = 10.0
 SERVER_STOP_SECONDS = 5.0
 #: How long after the lifeline closed a peer looks for its launcher having gone.
 LAUNCHER_GONE_SECONDS = 2.0
-#: How often the door's idle server wakes (to refresh its Date header), and how often,
-#: once stopping, it looks at its connections. uvicorn's own 0.1 s polls cost every
-#: member of a formation 0.3 s of its wind-down, and ten wake-ups a second while idle.
-_TICK_SECONDS = 1.0
-_STOP_POLL_SECONDS = 0.01
 _RUNNING_STATES = frozenset({TaskState.WORKING, TaskState.INPUT_REQUIRED,
                              TaskState.AUTH_REQUIRED})
 
@@ -106,68 +99,6 @@ class SessionPlan:
     exit_fn: ExitFn = hard_exit
     #: Tests: where diagnostics go (stderr by default).
     diagnostics: Any = None
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers (the member's own decide how it ends), which
-    stops as soon as it is asked to.
-
-    uvicorn looks at ``should_exit`` every 0.1 s, then sleeps 0.1 s more after asking
-    its connections to close and looks at them every 0.1 s: up to 0.3 s for every member
-    of a formation that winds down. Here :meth:`stop` wakes the loop at once and the
-    connections are looked at every 10 ms. What is closed, in which order, and the
-    bound on the wait (``timeout_graceful_shutdown``) are uvicorn's own.
-    """
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self._stop_asked = asyncio.Event()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Any:
-        yield
-
-    def stop(self) -> None:
-        """Ask the server to stop serving (what setting ``should_exit`` asks)."""
-        self.should_exit = True
-        self._stop_asked.set()
-
-    async def main_loop(self) -> None:
-        # uvicorn's loop wakes every 0.1 s to look at ``should_exit`` and refreshes the
-        # Date header at every tenth wake-up. Here a stop wakes it at once, so it wakes
-        # once a second, and each wake-up counts as a tenth (the header is as fresh).
-        counter = 0
-        should_exit = await self.on_tick(counter)
-        while not should_exit:
-            counter = (counter + 10) % 864000
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_TICK_SECONDS):
-                    await self._stop_asked.wait()
-            should_exit = await self.on_tick(counter)
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # uvicorn's shutdown with its fixed 0.1 s sleep and 0.1 s polls made short.
-        for server in self.servers:
-            server.close()
-        for sock in sockets or []:
-            sock.close()
-        for connection in list(self.server_state.connections):
-            connection.shutdown()
-        state = self.server_state
-        try:
-            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
-                while (state.connections or state.tasks) and not self.force_exit:
-                    await asyncio.sleep(_STOP_POLL_SECONDS)
-                for server in self.servers:
-                    await server.wait_closed()
-        except TimeoutError:
-            logging.getLogger("uvicorn.error").error(
-                "Cancel %s running task(s), timeout graceful shutdown exceeded",
-                len(state.tasks))
-            for task in state.tasks:
-                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
-        if not self.force_exit:
-            await self.lifespan.shutdown()
 
 
 class StartFailed(Exception):
@@ -207,7 +138,7 @@ class MemberSession:
         self.task_id: str | None = None
         self.ending: Ending | None = None
         self._socket: socket.socket | None = None
-        self._server: _Server | None = None
+        self._server: DoorServer | None = None
         self._server_task: asyncio.Task[None] | None = None
         self._directory: DoorDirectory | None = None
         self._seam: CallsSeam | None = None
@@ -406,11 +337,8 @@ class MemberSession:
 
     async def _serve(self) -> None:
         assert self.door is not None and self._socket is not None
-        config = uvicorn.Config(
-            self.door.app, lifespan="off", log_level="warning", access_log=False,
-            log_config=None, proxy_headers=False, server_header=False, ws="none",
-            timeout_graceful_shutdown=int(SERVER_STOP_SECONDS))
-        self._server = _Server(config)
+        self._server = DoorServer.for_app(self.door.app,
+                                          stop_seconds=SERVER_STOP_SECONDS)
         sock = self._socket
         self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]),
                                                 name="murmur-door-server")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from launcher.env_names import READY_SECONDS_ENV
 from launcher.ids import is_formation_id, is_session_id
 from launcher.process import LineTooLong, ManagedProcess, read_line
 from launcher.records import OPERATOR_TOKEN_FILE, read_operator_token, records_root
@@ -50,7 +51,6 @@ PROBE_INTERVAL = 0.1
 #: The longest one probe may take.
 PROBE_TIMEOUT = 1.0
 #: Test-only: overrides READY_SECONDS, so a test of "never answers" takes seconds.
-READY_SECONDS_ENV = "MURMUR_TEST_READY_SECONDS"
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 

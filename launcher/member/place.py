@@ -24,17 +24,11 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
-from launcher.channel import (
-    CHANNEL_ENV,
-    FORMATION_ENV,
-    PEERS_ENV,
-    ChannelCredentials,
-    ChannelRefused,
-    read_credentials,
-)
+from launcher.channel import ChannelCredentials, ChannelRefused, read_credentials
 from launcher.diagnostics import Diagnostic, diagnostic
+from launcher.env_names import CHANNEL_ENV, FORMATION_ENV, LIFELINE_ENV, PEERS_ENV
 from launcher.ids import is_formation_id
-from launcher.process import LIFELINE_ENV, lifeline_from_env
+from launcher.process import lifeline_from_env
 
 
 @dataclass(frozen=True)

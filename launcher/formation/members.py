@@ -22,13 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.tokens import FormationKey
-from launcher.channel import CHANNEL_ENV, FORMATION_ENV, PEERS_ENV, ChannelWriter
-from launcher.formation_ready import READY_SECONDS_ENV, Ready
+from launcher.channel import ChannelWriter
+from launcher.env_names import (
+    ARGV_PREFIX_ENV,
+    CHANNEL_ENV,
+    FORMATION_ENV,
+    HOME_ENV,
+    LIFELINE_ENV,
+    PEERS_ENV,
+    READY_SECONDS_ENV,
+    WORKDIR_ENV,
+)
+from launcher.formation.ready import Ready
 from launcher.hostcheck import mark_reported
-from launcher.member_options import WORKDIR_ENV
 from launcher.process import (
     DEVNULL,
-    LIFELINE_ENV,
     PIPE,
     ChildPipe,
     ManagedProcess,
@@ -38,7 +46,6 @@ from launcher.process import (
 from launcher.records import home
 from launcher.roster import AdmittedMember
 
-ARGV_PREFIX_ENV = "MURMUR_TEST_MEMBER_ARGV_PREFIX"
 #: Variables of the launcher's own environment a member never inherits: the formation's
 #: are set afresh for each member, the test hooks stay with the launcher.
 _NOT_INHERITED = (FORMATION_ENV, CHANNEL_ENV, LIFELINE_ENV, PEERS_ENV, ARGV_PREFIX_ENV,
@@ -68,7 +75,7 @@ def member_env(base: Mapping[str, str], *, formation_id: str, channel_fd: int,
                lifeline_fd: int) -> dict[str, str]:
     env = {name: value for name, value in base.items() if name not in _NOT_INHERITED}
     # Members run in other directories: a relative MURMUR_HOME would name another home.
-    env["MURMUR_HOME"] = str(home())
+    env[HOME_ENV] = str(home())
     env[FORMATION_ENV] = formation_id
     env[CHANNEL_ENV] = str(channel_fd)
     env[LIFELINE_ENV] = str(lifeline_fd)

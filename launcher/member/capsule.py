@@ -33,14 +33,13 @@ from pydantic import ValidationError
 
 from gateway.a2a import Part
 from gateway.tasks import AgentFn, TaskRun, message_text
+from launcher.env_names import PEERS_ENV, TASK_ID_ENV
 
 __all__ = [
     "AgentEnvironment", "CapsuleError", "MemberCallsLike", "Part", "TaskContext",
     "command_agent", "load_agent", "load_python_agent", "python_agent",
 ]
 
-PEERS_ENV = "MURMUR_FORMATION_PEERS"
-TASK_ID_ENV = "MURMUR_TASK_ID"
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: How much of a failed command's stderr its failure message quotes.

@@ -28,19 +28,19 @@ from gateway.egress import AllowList, check_callees, member_env
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationVerifier
 from gateway.trace_bus import TraceBus
-from launcher.capsule import AgentEnvironment
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import DiagnosticError
 from launcher.manifest import Manifest
-from launcher.member_formation import FormationPlace
-from launcher.member_options import MemberOptions
-from launcher.member_outcome import CAPSULE_NOT_RUNNABLE, DOOR_CREDENTIALS, member_diagnostic
+from launcher.member.capsule import AgentEnvironment
+from launcher.member.options import MemberOptions
+from launcher.member.outcome import CAPSULE_NOT_RUNNABLE, DOOR_CREDENTIALS, member_diagnostic
+from launcher.member.place import FormationPlace
 
 if TYPE_CHECKING:       # httpx and the proxy are imported when a task first calls out
     import httpx
 
     from gateway.proxy import FormationTransport
-    from launcher.member_calls import TracedCalls
+    from launcher.member.calls import TracedCalls
 
 # --------------------------------------------------------------------------- the door
 
@@ -151,7 +151,7 @@ class CallsSeam:
     as the channel delivers them. A member in no formation still gets ``task.http``
     through the proxy, so its requests pass ``capabilities.network.allow``. The grant
     and the callees are checked here, at start; the proxy itself (and httpx with it,
-    see ``launcher.member_calls``) is built when a task first asks for its calls.
+    see ``launcher.member.calls``) is built when a task first asks for its calls.
     """
 
     def __init__(self, *, manifest: Manifest, place: FormationPlace,
@@ -176,7 +176,7 @@ class CallsSeam:
     def transport(self) -> FormationTransport:
         """The formation proxy, built on first use (its pool on its first request)."""
         if self._transport is None:
-            from launcher.member_calls import formation_transport
+            from launcher.member.calls import formation_transport
 
             calls_members = bool(self.peers)
             self._transport = formation_transport(
@@ -186,7 +186,7 @@ class CallsSeam:
 
     def calls_for(self, run: TaskRun) -> TracedCalls:
         """The calls object of one running task; its trust is the task's own."""
-        from launcher.member_calls import task_calls
+        from launcher.member.calls import task_calls
 
         return task_calls(self.transport, trace=self._trace, task_id=run.id,
                           peers=self.peers, trust=run.caller.trust,

@@ -7,7 +7,7 @@
    directory (an existing one is ``E-RUN-045`` and nothing starts), then start every peer
    at once, each in a process group of its own, its channel already holding its
    credentials.
-4. Wait for each peer's door (:mod:`launcher.formation_ready`).
+4. Wait for each peer's door (:mod:`launcher.formation.ready`).
 5. Send each calling peer its callees' door URLs.
 6. Start the entry member last, in the launcher's process group and the project
    directory, with the lifecycle the launch sets; print the formation line.
@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.tokens import FormationKey
-from launcher.channel import PEERS_ENV, ChannelRefused, refuse_roster_inside_formation
+from launcher.channel import ChannelRefused, refuse_roster_inside_formation
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit, redact
 from launcher.durations import parse_duration
-from launcher.formation_members import LaunchedMember, close_quietly, start_member
-from launcher.formation_output import formation_line, render_table
-from launcher.formation_ready import (
+from launcher.env_names import DIAGNOSTICS_ENV, PEERS_ENV
+from launcher.formation.members import LaunchedMember, close_quietly, start_member
+from launcher.formation.output import formation_line, render_table
+from launcher.formation.ready import (
     DeadlineFell,
     NotReady,
     describe_exit,
@@ -50,7 +51,6 @@ from launcher.formation_ready import (
 )
 from launcher.hostcheck import host_diagnostics
 from launcher.ids import new_formation_id
-from launcher.member_options import DIAGNOSTICS_ENV
 from launcher.process import PIPE, drain, forward_lines, process_start_time
 from launcher.records import (
     PeerDirectoryExists,

@@ -17,17 +17,16 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.durations import DURATION_FORMS, parse_duration
+from launcher.env_names import DIAGNOSTICS_ENV, WORKDIR_ENV
 from launcher.ids import is_session_id
 
 #: The longest ``--task`` file read (the door itself reads 1 MiB requests).
 MAX_TASK_BYTES = 16 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 #: Set by the launcher for its members: ``text`` or ``json`` (see diagnostics_as_json).
-DIAGNOSTICS_ENV = "MURMUR_DIAGNOSTICS"
 #: Set by the launcher: the member's work folder. A member's current directory is the
 #: launcher's (so a relative --task path names the same file), while its work folder is
 #: the project directory (entry member) or its own directory under formations/ (peers).
-WORKDIR_ENV = "MURMUR_WORKDIR"
 
 
 def work_folder(environ: Mapping[str, str]) -> Path:

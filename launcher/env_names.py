@@ -1,0 +1,43 @@
+"""Every ``MURMUR_*`` environment variable the ``mur`` commands, the launcher and the
+member runtime read or set, defined once: the launcher and the member both import this
+module and never each other's for a name.
+
+In this order: the home, what the launcher hands a member (its formation id, the two
+descriptors, how to print diagnostics, its work folder), what a member hands its agent,
+what the launcher tells a member it already reported, and the hooks only tests set.
+``MURMUR_FORMATION_PEERS`` is a wire name (``gateway.protocol``) and is re-exported here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gateway.protocol import PEERS_ENV as PEERS_ENV
+
+#: The root of every store and record (default ``~/.murmur``).
+HOME_ENV: Final = "MURMUR_HOME"
+
+#: The formation a member belongs to (set by the launcher; inherited by delegated children).
+FORMATION_ENV: Final = "MURMUR_FORMATION_ID"
+#: The descriptor number of a member's formation channel (its credentials, then doors).
+CHANNEL_ENV: Final = "MURMUR_FORMATION_CHANNEL"
+#: The descriptor number of a member's lifeline (closed by the launcher to end it).
+LIFELINE_ENV: Final = "MURMUR_FORMATION_LIFELINE"
+#: ``text`` or ``json``: how a member prints its diagnostics (the launcher's own format).
+DIAGNOSTICS_ENV: Final = "MURMUR_DIAGNOSTICS"
+#: A member's work folder: the project directory (entry member) or its own directory
+#: under ``formations/`` (peers); its current directory stays the launcher's.
+WORKDIR_ENV: Final = "MURMUR_WORKDIR"
+
+#: The task id a ``command`` agent is running.
+TASK_ID_ENV: Final = "MURMUR_TASK_ID"
+
+#: ``1`` when the launcher already printed the host warnings, so members do not repeat them.
+HOST_WARNINGS_REPORTED_ENV: Final = "MURMUR_HOST_WARNINGS_REPORTED"
+
+#: Tests only (docs/member-runtime.md, docs/launcher.md): a shorter lifeline grace in
+#: seconds, a shorter readiness budget, and a command put in front of ``run ...`` in a
+#: member's argv. None is ever passed on to a member's agent.
+LIFELINE_GRACE_ENV: Final = "MURMUR_TEST_LIFELINE_GRACE"
+READY_SECONDS_ENV: Final = "MURMUR_TEST_READY_SECONDS"
+ARGV_PREFIX_ENV: Final = "MURMUR_TEST_MEMBER_ARGV_PREFIX"

@@ -1,0 +1,98 @@
+"""The uvicorn server a member's door runs on: :class:`DoorServer`.
+
+uvicorn is a dependency whose internals this subclass leans on (``main_loop``,
+``on_tick``, ``shutdown``, ``server_state``, ``lifespan``, ``force_exit``). It was written
+and tested against uvicorn 0.55, and ``pyproject.toml`` pins ``>=0.55,<0.56``: a newer
+uvicorn is taken only after this module is checked against it. :meth:`DoorServer.for_app`
+is the one place the door's uvicorn settings are chosen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from typing import Any
+
+import uvicorn
+
+from gateway.types import ASGIApp
+
+#: How often the door's idle server wakes (to refresh its Date header), and how often,
+#: once stopping, it looks at its connections. uvicorn's own 0.1 s polls cost every
+#: member of a formation 0.3 s of its wind-down, and ten wake-ups a second while idle.
+_TICK_SECONDS = 1.0
+_STOP_POLL_SECONDS = 0.01
+
+
+class DoorServer(uvicorn.Server):
+    """uvicorn without its signal handlers (the member's own decide how it ends), which
+    stops as soon as it is asked to.
+
+    uvicorn looks at ``should_exit`` every 0.1 s, then sleeps 0.1 s more after asking
+    its connections to close and looks at them every 0.1 s: up to 0.3 s for every member
+    of a formation that winds down. Here :meth:`stop` wakes the loop at once and the
+    connections are looked at every 10 ms. What is closed, in which order, and the
+    bound on the wait (``timeout_graceful_shutdown``) are uvicorn's own.
+    """
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._stop_asked = asyncio.Event()
+
+    @classmethod
+    def for_app(cls, app: ASGIApp, *, stop_seconds: float) -> DoorServer:
+        """A server for the door ``app``: no lifespan, no logs of its own, no proxy
+        headers, no websockets; at most ``stop_seconds`` to close connections at the end."""
+        config = uvicorn.Config(
+            app, lifespan="off", log_level="warning", access_log=False,
+            log_config=None, proxy_headers=False, server_header=False, ws="none",
+            timeout_graceful_shutdown=int(stop_seconds))
+        return cls(config)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+        yield
+
+    def stop(self) -> None:
+        """Ask the server to stop serving (what setting ``should_exit`` asks)."""
+        self.should_exit = True
+        self._stop_asked.set()
+
+    async def main_loop(self) -> None:
+        # uvicorn's loop wakes every 0.1 s to look at ``should_exit`` and refreshes the
+        # Date header at every tenth wake-up. Here a stop wakes it at once, so it wakes
+        # once a second, and each wake-up counts as a tenth (the header is as fresh).
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 10) % 864000
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_TICK_SECONDS):
+                    await self._stop_asked.wait()
+            should_exit = await self.on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn's shutdown with its fixed 0.1 s sleep and 0.1 s polls made short.
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        state = self.server_state
+        try:
+            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
+                while (state.connections or state.tasks) and not self.force_exit:
+                    await asyncio.sleep(_STOP_POLL_SECONDS)
+                for server in self.servers:
+                    await server.wait_closed()
+        except TimeoutError:
+            logging.getLogger("uvicorn.error").error(
+                "Cancel %s running task(s), timeout graceful shutdown exceeded",
+                len(state.tasks))
+            for task in state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        if not self.force_exit:
+            await self.lifespan.shutdown()
