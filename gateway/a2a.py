@@ -19,34 +19,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-PROTOCOL_VERSION = "1.0"
-PROTOCOL_BINDING = "JSONRPC"
-#: The A2A extension that names the member, its session and its formation on the card.
-SESSION_EXTENSION_URI = "urn:murmur:session:v1"
-
-
-class TaskState(StrEnum):
-    """``TaskState`` of the proto, by its ProtoJSON name."""
-
-    UNSPECIFIED = "TASK_STATE_UNSPECIFIED"
-    SUBMITTED = "TASK_STATE_SUBMITTED"
-    WORKING = "TASK_STATE_WORKING"
-    COMPLETED = "TASK_STATE_COMPLETED"
-    FAILED = "TASK_STATE_FAILED"
-    CANCELED = "TASK_STATE_CANCELED"
-    INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
-    REJECTED = "TASK_STATE_REJECTED"
-    AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
-
+from gateway.protocol import A2A_VERSION, JSONRPC_BINDING, TaskState
 
 #: The proto's enum numbers, which ProtoJSON also accepts on input.
 TASK_STATE_NUMBERS: dict[int, TaskState] = dict(enumerate(TaskState))
-TERMINAL_STATES: frozenset[str] = frozenset(
-    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
-)
-INTERRUPTED_STATES: frozenset[str] = frozenset(
-    {TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED}
-)
 
 
 class Role(StrEnum):
@@ -272,9 +248,9 @@ class ListTasksRequest(WireModel):
 
 class AgentInterface(WireModel):
     url: str
-    protocol_binding: str = PROTOCOL_BINDING
+    protocol_binding: str = JSONRPC_BINDING
     tenant: str | None = None
-    protocol_version: str = PROTOCOL_VERSION
+    protocol_version: str = A2A_VERSION
 
 
 class AgentExtension(WireModel):

@@ -10,14 +10,10 @@ from dataclasses import dataclass, replace
 from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
-from gateway.a2a import (
-    PROTOCOL_BINDING,
-    PROTOCOL_VERSION,
-    SESSION_EXTENSION_URI,
-    AgentCard,
-)
+from gateway.a2a import AgentCard
 from gateway.http_io import header, send_response
 from gateway.jsonrpc import dumps
+from gateway.protocol import A2A_VERSION, JSONRPC_BINDING, SESSION_EXTENSION_URI
 from gateway.types import Headers, Receive, Scope, Send
 
 #: How long a client may reuse the card without asking again; the card of a door only
@@ -62,8 +58,8 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
         "description": info.description,
         "supportedInterfaces": [{
             "url": info.door_url,
-            "protocolBinding": PROTOCOL_BINDING,
-            "protocolVersion": PROTOCOL_VERSION,
+            "protocolBinding": JSONRPC_BINDING,
+            "protocolVersion": A2A_VERSION,
         }],
         "version": info.version,
         "capabilities": {

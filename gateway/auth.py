@@ -42,7 +42,17 @@ from gateway.caller import (
     Caller,
 )
 from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
-from gateway.tokens import MEMBER_NAME_RE, FormationVerifier, InvalidToken
+from gateway.protocol import (
+    CARD_PATH,
+    FILES_PATH,
+    FILES_PREFIX,
+    HEALTH_PATH,
+    MEMBER_NAME_RE,
+    ORIGIN_HEADER,
+    TRUST_HEADER,
+    route_path,
+)
+from gateway.tokens import FormationVerifier, InvalidToken
 from gateway.types import ASGIApp, Headers, Message, Receive, Scope, Send
 
 __all__ = ["MAX_CREDENTIAL_CHARS", "REFUSALS", "AuthPolicy", "DoorAuth", "Refusal", "loggable"]
@@ -54,15 +64,12 @@ logger = logging.getLogger("gateway.auth")
 MAX_CREDENTIAL_CHARS = 8192
 _FORMATION_PREFIX = "mft1."
 _BEARER = b"Bearer "
-_CARD_PATH = "/.well-known/agent-card.json"
-_FILES_PATH = "/resources/files"
-_FILES_PATH_PREFIX = _FILES_PATH + "/"
-_HEALTH_PATH = "/healthz"
-_TRUST_HEADER = b"x-murmur-task-trust"
+_TRUST_HEADER = TRUST_HEADER.encode("ascii")
+_ORIGIN_HEADER = ORIGIN_HEADER.encode("ascii")
 #: Headers the app never sees: the credential, and origin/trust, which come only from it.
 _STRIPPED_HEADERS = frozenset({
-    b"authorization", b"x-murmur-task-origin", _TRUST_HEADER,
-    b"x_murmur_task_origin", b"x_murmur_task_trust",
+    b"authorization", _ORIGIN_HEADER, _TRUST_HEADER,
+    _ORIGIN_HEADER.replace(b"-", b"_"), _TRUST_HEADER.replace(b"-", b"_"),
 })
 
 
@@ -191,18 +198,6 @@ class _NotPermitted(Exception):
 
 class _BodyTooLarge(Exception):
     pass
-
-
-def _route_path(scope: Scope) -> str:
-    """The path the app routes on (Starlette's rule for ``root_path``), slashes collapsed
-    so that ``//resources//files/x`` is judged as the files route it may reach."""
-    path: str = scope["path"]
-    root = scope.get("root_path") or ""
-    if root and path.startswith(root) and path[len(root): len(root) + 1] in ("", "/"):
-        path = path[len(root):] or "/"
-    if "//" in path:
-        path = re.sub("/{2,}", "/", path)
-    return path
 
 
 def _content_length(value: bytes) -> int:
@@ -412,9 +407,9 @@ class DoorAuth:
         is_http = kind == "http"
         path: str = scope["path"]
         if scope.get("root_path") or "//" in path:
-            path = _route_path(scope)
+            path = route_path(scope)
 
-        if path == _HEALTH_PATH and is_http and scope["method"] in ("GET", "HEAD"):
+        if path == HEALTH_PATH and is_http and scope["method"] in ("GET", "HEAD"):
             _hand_over(scope, kept, None, None)  # names nothing: no credential, no Host
             await self.app(scope, receive, send)
             return
@@ -480,9 +475,9 @@ class DoorAuth:
             rpc, rpc_refusal = _parse_rpc(body)
             if rpc is not None:
                 method = rpc["method"]
-        elif path == _CARD_PATH:
+        elif path == CARD_PATH:
             method = "AgentCard"
-        elif path == _FILES_PATH or path.startswith(_FILES_PATH_PREFIX):
+        elif path == FILES_PATH or path.startswith(FILES_PREFIX):
             method = "resources/files"
 
         # 5-8: scope, peer tasks, Host, then a body that is not one call.

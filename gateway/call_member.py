@@ -39,13 +39,13 @@ import httpx
 # The helpers that need no httpx live in gateway.egress (a member imports them at start
 # without httpx) and are re-exported here.
 from gateway.egress import (
-    PEERS_ENV,
     answer_text,
     egress_reaches_loopback,
     member_env,
     virtual_address,
 )
 from gateway.egress import parts_text as _parts_text
+from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, PEERS_ENV, TERMINAL_STATES, TaskState
 from gateway.proxy import (
     DoorUnavailable,
     EgressRefused,
@@ -63,16 +63,12 @@ __all__ = [
 #: ``task.http``'s default timeouts; the call-member client bounds its own requests by
 #: the call's deadline on top of these.
 DEFAULT_TIMEOUT: Final = httpx.Timeout(30.0)
-A2A_VERSION: Final = "1.0"
 MEMBER_BUSY_CODE: Final = -32050
 MEMBER_BUSY_REASON: Final = "MEMBER_BUSY"
-COMPLETED: Final = "TASK_STATE_COMPLETED"
-#: A task in one of these states does not change again.
-TERMINAL_STATES: Final = frozenset(
-    {COMPLETED, "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"})
-#: The callee waits for input the caller cannot give through call-member: the call ends
-#: here, and the callee's task is canceled with the others when the calling task ends.
-INTERRUPTED_STATES: Final = frozenset({"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"})
+COMPLETED: Final = TaskState.COMPLETED
+# A callee in one of INTERRUPTED_STATES waits for input the caller cannot give through
+# call-member: the call ends there, and the callee's task is canceled with the others
+# when the calling task ends.
 
 #: States of a CallFailed that are not A2A task states.
 REFUSED: Final = "refused"

@@ -20,7 +20,6 @@ import asyncio
 import logging
 import mimetypes
 import os
-import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from gateway.caller import Caller, caller_of
 from gateway.credentials import OPERATOR_CREDENTIAL
 from gateway.http_io import send_json, send_response
 from gateway.jsonrpc import dumps
+from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, route_path
 from gateway.rpc import RpcEndpoint
 from gateway.tasks import AgentFn, GateConfig, TaskListener, TaskStore, acts_as_operator, new_id
 from gateway.trace_bus import TraceBus
@@ -40,9 +40,6 @@ from gateway.types import ASGIApp, Headers, Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
 
-CARD_PATH = "/.well-known/agent-card.json"
-HEALTH_PATH = "/healthz"
-FILES_PREFIX = "/resources/files/"
 FILE_CHUNK = 64 * 1024
 
 #: The caller of tasks the runtime submits itself (``mur run --task``): the operator.
@@ -181,7 +178,7 @@ class Door:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             return
-        path = _route_path(scope)
+        path = route_path(scope)
         method = scope["method"]
         if path.strip("/") == "":
             if method == "POST":
@@ -277,18 +274,6 @@ def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | N
     door), ``trace`` receives the door's trace records (default: a new bus)."""
     return Door(agent, settings, policy if policy is not None else AuthPolicy(),
                 trace if trace is not None else TraceBus())
-
-
-def _route_path(scope: Scope) -> str:
-    """The path routed on: ``root_path`` removed, runs of ``/`` collapsed (DoorAuth's rule,
-    so the app never serves a path as something DoorAuth did not check it as)."""
-    path: str = scope["path"]
-    root = scope.get("root_path", "")
-    if root and path.startswith(root) and path[len(root): len(root) + 1] in ("", "/"):
-        path = path[len(root):] or "/"
-    if "//" in path:
-        path = re.sub("/{2,}", "/", path)
-    return path
 
 
 async def _error(send: Send, status: int, code: str, message: str) -> None:

@@ -15,20 +15,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from gateway.protocol import MEMBER_NAME_RE, PEERS_ENV
+
 if TYPE_CHECKING:
     import httpx
 
 __all__ = [
-    "VIRTUAL_DOMAIN", "VIRTUAL_SUFFIX", "MEMBER_NAME", "PEERS_ENV", "AllowList",
+    "VIRTUAL_DOMAIN", "VIRTUAL_SUFFIX", "AllowList",
     "egress_reaches_loopback", "check_callees", "virtual_address", "member_env",
     "answer_text",
 ]
 
 VIRTUAL_DOMAIN: Final = "formation.invalid"
 VIRTUAL_SUFFIX: Final = "." + VIRTUAL_DOMAIN
-MEMBER_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 _TOKEN_TEXT = re.compile(r"[A-Za-z0-9._~+/=-]{1,4096}")
-PEERS_ENV: Final = "MURMUR_FORMATION_PEERS"
 
 
 # --------------------------------------------------------------------------------------
@@ -52,9 +52,9 @@ def check_callees(tokens: Mapping[str, str]) -> None:
     """Raise ``ValueError`` when a callee name is not a member name or its formation
     token is not header-safe text; the message never echoes a token."""
     for name, token in tokens.items():
-        if not MEMBER_NAME.fullmatch(name):
+        if not MEMBER_NAME_RE.fullmatch(name):
             raise ValueError(f"callee name {name!r} is not a member name "
-                             f"(^[a-z][a-z0-9-]{{0,31}}$)")
+                             f"({MEMBER_NAME_RE.pattern})")
         if not _TOKEN_TEXT.fullmatch(token):      # never echo the token itself
             raise ValueError(f"the formation token for member {name!r} is not "
                              "header-safe text (mft1.<base64url>.<base64url>)")

@@ -35,13 +35,13 @@ import httpx
 
 # The allow-list and the names live in gateway.egress, which a member imports at start
 # without httpx; they are re-exported here for everything that imports them from here.
-from gateway.egress import MEMBER_NAME as MEMBER_NAME
 from gateway.egress import VIRTUAL_DOMAIN as VIRTUAL_DOMAIN
 from gateway.egress import VIRTUAL_SUFFIX as VIRTUAL_SUFFIX
 from gateway.egress import AllowList as AllowList
 from gateway.egress import check_callees
 from gateway.egress import default_port as _default_port
 from gateway.egress import egress_reaches_loopback as egress_reaches_loopback
+from gateway.protocol import MEMBER_NAME_RE, ORIGIN_HEADER, RUNTIME_HEADER_PREFIX, TRUST_HEADER
 
 #: How long a request waits for a callee's door URL to arrive on the channel.
 DOOR_URL_WAIT_SECONDS: Final = 10.0
@@ -52,7 +52,6 @@ UNTRUSTED: Final = "untrusted"
 #: namespace is the runtime's, so it goes too; names compare in lower case with ``_``
 #: read as ``-``.
 _AUTHORIZATION: Final = "authorization"
-_RUNTIME_PREFIX: Final = "x-murmur-"
 #: RFC 9110 section 7.6.1 plus the names proxies have historically treated the same way.
 HOP_BY_HOP: Final = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
@@ -158,7 +157,7 @@ def exact_virtual_name(authority: str) -> str | None:
     if not authority.endswith(VIRTUAL_SUFFIX):
         return None
     name = authority[: -len(VIRTUAL_SUFFIX)]
-    return name if MEMBER_NAME.fullmatch(name) else None
+    return name if MEMBER_NAME_RE.fullmatch(name) else None
 
 
 _RAW_URL = re.compile(r"^(?P<scheme>[^:/?#]*):?//(?P<authority>[^/?#]*)")
@@ -201,7 +200,9 @@ _HEADER_KEYS: dict[bytes, bytes] = {}
 
 _DROPPED: Final = frozenset(
     name.encode("ascii") for name in HOP_BY_HOP | _RECOMPUTED | {_AUTHORIZATION})
-_RUNTIME_PREFIX_BYTES: Final = _RUNTIME_PREFIX.encode("ascii")
+_ORIGIN_HEADER: Final = ORIGIN_HEADER.encode("ascii")
+_TRUST_HEADER: Final = TRUST_HEADER.encode("ascii")
+_RUNTIME_PREFIX_BYTES: Final = RUNTIME_HEADER_PREFIX.encode("ascii")
 _CONNECTION_NAMES: Final = (b"connection", b"proxy-connection")
 
 
@@ -395,8 +396,8 @@ class FormationTransport(httpx.AsyncBaseTransport):
         if body or request.method in _BODY_METHODS:
             headers.append((b"Content-Length", str(len(body)).encode("ascii")))
         trust = b"trusted" if self._trust() == TRUSTED else b"untrusted"
-        headers += [(b"Authorization", authorization), (b"x-murmur-task-origin", b"peer"),
-                    (b"x-murmur-task-trust", trust)]
+        headers += [(b"Authorization", authorization), (_ORIGIN_HEADER, b"peer"),
+                    (_TRUST_HEADER, trust)]
         timeout = request.extensions.get("timeout")
         extensions = {} if timeout is None else {"timeout": timeout}
         outgoing = httpx.Request(request.method, door.real_url(request.url.raw_path),

@@ -18,8 +18,6 @@ from urllib.parse import parse_qsl
 from pydantic import BaseModel, ValidationError
 
 from gateway.a2a import (
-    INTERRUPTED_STATES,
-    TERMINAL_STATES,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -41,13 +39,15 @@ from gateway.jsonrpc import (
     sse_error,
     sse_result,
 )
+from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, TERMINAL_STATES, VERSION_HEADER
 from gateway.tasks import StreamEvent, TaskRecord, TaskStore, acts_as_operator
 from gateway.trace_bus import TraceBus
 from gateway.types import Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
 
-SUPPORTED_VERSION = (1, 0)
+SUPPORTED_VERSION = tuple(int(part) for part in A2A_VERSION.split("."))
+_VERSION_HEADER_BYTES = VERSION_HEADER.encode("ascii")
 #: What a request without ``A2A-Version`` means (A2A 1.0 section 3.6.2).
 VERSION_WHEN_ABSENT = "0.3"
 PUSH_METHODS = frozenset({
@@ -280,20 +280,21 @@ def _unknown_method(method: str) -> RpcError:
 
 def _check_version(scope: Scope) -> None:
     """A2A-Version from the header (or the query parameter the spec also allows)."""
-    raw = header(scope, b"a2a-version")
+    raw = header(scope, _VERSION_HEADER_BYTES)
     version = raw.decode("latin-1").strip() if raw is not None else ""
     if not version and scope.get("query_string"):
         query = bytes(scope["query_string"]).decode("latin-1")
         for key, value in parse_qsl(query):
-            if key.lower() == "a2a-version":
+            if key.lower() == VERSION_HEADER:
                 version = value.strip()
                 break
     if not version:
         raise RpcError(
             "VERSION_NOT_SUPPORTED",
             "a request without A2A-Version is A2A 0.3, which this door does not serve; "
-            "send the header A2A-Version: 1.0",
-            metadata={"requestedVersion": VERSION_WHEN_ABSENT, "supportedVersions": "1.0"})
+            f"send the header A2A-Version: {A2A_VERSION}",
+            metadata={"requestedVersion": VERSION_WHEN_ABSENT,
+                      "supportedVersions": A2A_VERSION})
     parts = version.split(".")
     try:
         major_minor = (int(parts[0]), int(parts[1])) if len(parts) in (2, 3) else None
@@ -304,8 +305,9 @@ def _check_version(scope: Scope) -> None:
     if major_minor != SUPPORTED_VERSION:
         raise RpcError(
             "VERSION_NOT_SUPPORTED",
-            f"A2A-Version {version[:16]!r} is not served here; send A2A-Version: 1.0",
-            metadata={"requestedVersion": version[:16], "supportedVersions": "1.0"})
+            f"A2A-Version {version[:16]!r} is not served here; "
+            f"send A2A-Version: {A2A_VERSION}",
+            metadata={"requestedVersion": version[:16], "supportedVersions": A2A_VERSION})
 
 
 async def _stream(receive: Receive, send: Send, request_id: RequestId,

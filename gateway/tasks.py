@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from gateway.a2a import INTERRUPTED_STATES, TERMINAL_STATES, ListTasksRequest, TaskState
+from gateway.a2a import ListTasksRequest
 from gateway.caller import Caller
 from gateway.jsonrpc import RpcError, member_busy
+from gateway.protocol import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
 from gateway.trace_bus import TraceBus, utc_timestamp
 
 log = logging.getLogger("murmur.door")

@@ -31,10 +31,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from gateway.protocol import MEMBER_NAME_PATTERN, MEMBER_NAME_RE
+
 __all__ = [
     "FORMATION_ID_RE",
     "MAX_TOKEN_BYTES",
-    "MEMBER_NAME_RE",
     "PREFIX",
     "Claims",
     "FormationKey",
@@ -47,13 +48,9 @@ __all__ = [
 ]
 
 PREFIX = "mft1"
-_MEMBER_NAME = r"[a-z][a-z0-9-]{0,31}"
 _FORMATION_ID = r"[A-Za-z0-9_-]{1,64}"
 #: A token longer than this is refused before any decoding or crypto.
 MAX_TOKEN_BYTES = 512
-#: A roster member name (the reference's pattern). Match with ``fullmatch``: ``$`` alone
-#: would let a trailing newline through ``match``.
-MEMBER_NAME_RE = re.compile(f"^{_MEMBER_NAME}$")
 #: What a formation id may look like in a token: ``frm_`` plus 32 hex digits in practice;
 #: kept to a plain, JSON-escape-free charset so every valid payload has one encoding.
 FORMATION_ID_RE = re.compile(f"^{_FORMATION_ID}$")
@@ -62,8 +59,8 @@ FORMATION_ID_RE = re.compile(f"^{_FORMATION_ID}$")
 #: escapes. Any other JSON (extra, missing or repeated keys, other types, nesting, spaces,
 #: escapes, another key order) does not match, so a regex is the whole strict parser.
 _PAYLOAD_RE = re.compile(
-    r'\{"formation":"(' + _FORMATION_ID + r')","from":"(' + _MEMBER_NAME
-    + r')","to":"(' + _MEMBER_NAME + r')"\}'
+    r'\{"formation":"(' + _FORMATION_ID + r')","from":"(' + MEMBER_NAME_PATTERN
+    + r')","to":"(' + MEMBER_NAME_PATTERN + r')"\}'
 )
 _B64URL_RE = re.compile(r"[A-Za-z0-9_-]*")
 _TO_STANDARD = bytes.maketrans(b"-_", b"+/")

@@ -30,8 +30,8 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from gateway.protocol import MEMBER_NAME_RE
 from gateway.tokens import (
-    MEMBER_NAME_RE,
     FormationVerifier,
     InvalidToken,
     b64url_decode_canonical,
@@ -131,7 +131,7 @@ def _parse_first_line(line: bytes) -> dict[str, Any]:
         raise _not_credentials("`formation` must be a formation id (frm_ and 32 hex digits)")
     member = data["member"]
     if not isinstance(member, str) or MEMBER_NAME_RE.fullmatch(member) is None:
-        raise _not_credentials("`member` must be a member name matching ^[a-z][a-z0-9-]{0,31}$")
+        raise _not_credentials(f"`member` must be a member name matching {MEMBER_NAME_RE.pattern}")
     if not isinstance(data["entry"], bool):
         raise _not_credentials("`entry` must be true or false")
     tokens = data["tokens"]
@@ -295,7 +295,7 @@ def encode_credentials(*, formation_id: str, member: str, key: bytes,
     if not is_formation_id(formation_id):
         raise ValueError("formation_id must be frm_ followed by 32 lowercase hex digits")
     if MEMBER_NAME_RE.fullmatch(member) is None:
-        raise ValueError("member must match ^[a-z][a-z0-9-]{0,31}$")
+        raise ValueError(f"member must match {MEMBER_NAME_RE.pattern}")
     if not isinstance(key, bytes) or len(key) != 32:
         raise ValueError("key must be the raw 32-byte Ed25519 public key")
     line = {"formation": formation_id, "member": member, "key": b64url_encode(key),

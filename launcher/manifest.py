@@ -34,6 +34,7 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
+from gateway.protocol import MEMBER_NAME_RE
 from launcher.diagnostics import DiagnosticError
 from launcher.durations import DURATION_FORMS, parse_duration
 
@@ -279,7 +280,6 @@ def suggest(word: str, choices: Collection[str]) -> str:
 
 # --- Shared field rules ------------------------------------------------------------------
 
-NAME_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,31}")
 VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 FLOATING_VERSIONS = frozenset({"latest", "stable", "edge"})
 JWT_ALGORITHMS = ("EdDSA", "ES256", "ES384", "ES512", "RS256", "RS384", "RS512", "PS256",
@@ -294,9 +294,9 @@ _HOST = re.compile(
 
 def name_problem(value: str) -> str | None:
     """Why ``value`` is not a name (member, capsule, scope, credential), or ``None``."""
-    if NAME_PATTERN.fullmatch(value):
+    if MEMBER_NAME_RE.fullmatch(value):
         return None
-    return f"must match ^[a-z][a-z0-9-]{{0,31}}$, and `{value}` does not"
+    return f"must match {MEMBER_NAME_RE.pattern}, and `{value}` does not"
 
 
 def version_problem(value: str) -> str | None:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gateway.protocol import A2A_VERSION
 from launcher.ids import is_formation_id, is_session_id
 from launcher.process import escape_control
 from launcher.records import (
@@ -33,7 +34,6 @@ from launcher.records import (
 #: How long ``mur stop`` waits for what it stopped to be gone: a launcher may take the
 #: 25 s grace it gives members, plus its own teardown.
 STOP_WAIT = 40.0
-A2A_VERSION = "1.0"
 _STATE_PREFIX = "TASK_STATE_"
 
 

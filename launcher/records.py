@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from gateway.tokens import MEMBER_NAME_RE
+from gateway.protocol import MEMBER_NAME_RE
 from launcher.ids import id_time, is_formation_id, is_session_id
 from launcher.paths import murmur_home
 from launcher.process import pid_alive
@@ -344,7 +344,7 @@ def formation_dir(formation_id: str) -> Path:
 
 def peer_workdir(formation_id: str, member: str) -> Path:
     if MEMBER_NAME_RE.fullmatch(member) is None:
-        raise ValueError("member name must match ^[a-z][a-z0-9-]{0,31}$")
+        raise ValueError(f"member name must match {MEMBER_NAME_RE.pattern}")
     return formation_dir(formation_id) / member
 
 

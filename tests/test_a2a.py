@@ -16,7 +16,6 @@ from gateway.a2a import (
     Message,
     Part,
     SendMessageRequest,
-    TaskState,
     parse_task_state,
 )
 from gateway.jsonrpc import (
@@ -32,6 +31,7 @@ from gateway.jsonrpc import (
     sse_error,
     sse_result,
 )
+from gateway.protocol import TaskState
 
 # --- parts and messages ------------------------------------------------------------
 

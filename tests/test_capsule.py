@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.a2a import TaskState
+from gateway.protocol import TaskState
 from gateway.tasks import AgentFn, GateConfig, TaskRecord, TaskRun, TaskStore
 from gateway.trace_bus import TraceBus
 from launcher.member.capsule import (

@@ -137,10 +137,12 @@ def test_the_card_must_name_the_reported_session() -> None:
 
 
 def test_the_session_extension_is_the_one_the_door_serves() -> None:
-    from gateway.a2a import SESSION_EXTENSION_URI as served
-    from launcher.formation.ready import SESSION_EXTENSION_URI
+    from gateway.agent_card import CardInfo, build_card
 
-    assert SESSION_EXTENSION_URI == served
+    served = build_card(CardInfo(name="coder", description="", version="1",
+                                 member="coder", session_id=SESSION), authenticated=True)
+    assert card_names_session(served, SESSION)
+    assert not card_names_session(served, "ses_" + "0" * 32)
 
 
 def test_only_loopback_http_doors_with_a_port_count() -> None:

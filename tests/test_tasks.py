@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from gateway.a2a import ListTasksRequest, TaskState
+from gateway.a2a import ListTasksRequest
 from gateway.jsonrpc import RpcError
+from gateway.protocol import TaskState
 from gateway.tasks import GateConfig, TaskEndedError, TaskRun, TaskStore
 from gateway.trace_bus import TraceBus
 from tests.test_door_helpers import OPERATOR, bearer, member, user_message

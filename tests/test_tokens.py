@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import tokens
+from gateway.protocol import MEMBER_NAME_RE
 from gateway.tokens import (
     MAX_TOKEN_BYTES,
-    MEMBER_NAME_RE,
     Claims,
     FormationKey,
     FormationVerifier,

@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+# gateway.protocol, not gateway.a2a: the A2A models would cost every launch a tenth of
+# a second before the first member starts.
+from gateway.protocol import CARD_PATH, SESSION_EXTENSION_URI
 from launcher.env_names import READY_SECONDS_ENV
 from launcher.ids import is_formation_id, is_session_id
 from launcher.process import LineTooLong, ManagedProcess, read_line
@@ -40,17 +43,12 @@ if TYPE_CHECKING:
     # cost the launcher a tenth of a second of CPU, which no peer should wait for.
     import httpx
 
-#: The agent card extension naming a door's member, session and formation
-#: (``gateway.a2a.SESSION_EXTENSION_URI``; not imported from there, whose A2A models
-#: would cost every launch a tenth of a second before the first member starts).
-SESSION_EXTENSION_URI = "urn:murmur:session:v1"
 #: How long each member has from its own start to become ready.
 READY_SECONDS = 180.0
 #: How often a reported door is probed.
 PROBE_INTERVAL = 0.1
 #: The longest one probe may take.
 PROBE_TIMEOUT = 1.0
-#: Test-only: overrides READY_SECONDS, so a test of "never answers" takes seconds.
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -182,7 +180,7 @@ async def _probe_once(client: httpx.AsyncClient, ready: Ready, token: str,
                       timeout: float) -> bool:
     import httpx
 
-    url = ready.door_url.rstrip("/") + "/.well-known/agent-card.json"
+    url = ready.door_url.rstrip("/") + CARD_PATH
     try:
         response = await client.get(url, headers={"Authorization": f"Bearer {token}"},
                                     timeout=max(0.05, min(PROBE_TIMEOUT, timeout)))

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.a2a import TaskState
 from gateway.egress import answer_text
+from gateway.protocol import TaskState
 from launcher.diagnostics import Diagnostic, diagnostic
 
 TASK_NOT_COMPLETED = "E-RUN-041"

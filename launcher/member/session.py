@@ -25,10 +25,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.a2a import TERMINAL_STATES, TaskState
 from gateway.credentials import OperatorToken
 from gateway.door import Door, DoorSettings, build_door
 from gateway.jsonrpc import RpcError
+from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.trace_bus import TraceBus, TraceRecord
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
