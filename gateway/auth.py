@@ -29,7 +29,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +51,7 @@ from gateway.protocol import (
     TRUST_HEADER,
     route_path,
 )
+from gateway.redaction import redact_request_text
 from gateway.tokens import FormationVerifier, InvalidToken
 from gateway.types import ASGIApp, Headers, Message, Receive, Scope, Send
 
@@ -173,15 +173,13 @@ def _answer(code: str, **fields: str) -> tuple[int, Headers, bytes]:
 #: request cannot forge log lines or drive a terminal (CRLF, ANSI escape sequences).
 _LOG_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
 _LOG_ESCAPES.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
-#: A long run of token characters in a request path is logged as [redacted]: a client
-#: that put its token in the URL must not find it in the door's log.
-_SECRETISH = re.compile(r"[A-Za-z0-9_\-+=.~]{24,}")
 _LOG_LIMIT = 200
 
 
 def loggable(text: str) -> str:
     """``text`` taken from a request, made safe for one log line: redacted, escaped, bounded."""
-    text = _SECRETISH.sub("[redacted]", text[: _LOG_LIMIT * 4]).translate(_LOG_ESCAPES)
+    # A client that put its token in the URL must not find it in the door's log.
+    text = redact_request_text(text[: _LOG_LIMIT * 4]).translate(_LOG_ESCAPES)
     return text if len(text) <= _LOG_LIMIT else text[:_LOG_LIMIT] + "..."
 
 

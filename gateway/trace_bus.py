@@ -16,12 +16,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from gateway.redaction import redact
+
 TraceRecord = dict[str, Any]
 TraceSink = Callable[[TraceRecord], None]
 
 log = logging.getLogger("murmur.trace")
 
-_REDACTED = "[redacted]"
 
 
 _second_cache: list[Any] = [-1, ""]
@@ -41,12 +42,6 @@ def utc_timestamp() -> str:
         cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         cache[0] = second
     return f"{cache[1]}.{int((now - second) * 1000):03d}Z"
-
-
-def _looks_like_token(value: str) -> bool:
-    # Belt and braces: the door never passes a token to emit(), and a string that looks
-    # like one (a formation token or an Authorization value) is still never written.
-    return value.startswith("mft1.") or value.startswith("Bearer ")
 
 
 class TraceSubscription:
@@ -96,9 +91,10 @@ class TraceBus:
         """Record ``event`` with ``fields``; returns the record as sinks saw it."""
         record: TraceRecord = {"ts": utc_timestamp(), "event": event}
         for key, value in fields.items():
-            if isinstance(value, str) and _looks_like_token(value):
-                value = _REDACTED
-            record[key] = value
+            # Belt and braces: the door never passes a token to emit(), and a string
+            # that holds one (a formation token, an Authorization value) is still
+            # never written.
+            record[key] = redact(value) if isinstance(value, str) else value
         self._backlog.append(record)
         for sink in self._sinks:
             try:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
 
+from gateway.redaction import redact
+
 Severity = Literal["error", "warning"]
 
 
@@ -448,21 +450,6 @@ TABLE: tuple[CodeEntry, ...] = (
 )
 
 CODES: dict[str, CodeEntry] = {entry.code: entry for entry in TABLE}
-
-# Defence in depth: no message may carry a credential, whatever a caller formats into it.
-_SECRET_PATTERNS = (
-    (re.compile(r"mft1\.[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]*)?"), "mft1.<redacted>"),
-    # Long enough to be a credential, so prose such as "bearer and jwt" is left alone.
-    (re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{20,}"), "Bearer <redacted>"),
-)
-
-
-def redact(text: str) -> str:
-    """``text`` with anything shaped like a formation token or a bearer credential hidden."""
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
 
 class _Placeholders(dict[str, str]):
     """Formatting values; a placeholder the caller did not give renders as ``<name>``."""

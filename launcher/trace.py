@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gateway.redaction import redact_value
 from launcher.ids import is_formation_id, is_session_id
 from launcher.records import (
     TRACE_FILE,
@@ -30,10 +30,6 @@ from launcher.records import (
 
 Record = dict[str, Any]
 
-# A formation token that slipped into a field is replaced before the line is written:
-# the trace is the one file most likely to be shared when something goes wrong.
-_TOKEN = re.compile(r"mft1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
-REDACTED = "[redacted]"
 _FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
 
 
@@ -41,16 +37,6 @@ def timestamp(moment: datetime | None = None) -> str:
     """ISO-8601 UTC with microseconds and a ``Z``: ``2026-10-23T21:44:57.123456Z``."""
     moment = moment or datetime.now(UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _redact(value: Any) -> Any:
-    if isinstance(value, str):
-        return _TOKEN.sub(REDACTED, value) if "mft1." in value else value
-    if isinstance(value, Mapping):
-        return {key: _redact(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redact(item) for item in value]
-    return value
 
 
 def _encode(record: Record) -> bytes:
@@ -87,7 +73,9 @@ class TraceWriter:
         if "ts" in fields or "event" in fields:
             raise ValueError("trace fields may not be named ts or event")
         record: Record = {"ts": timestamp(), "event": event}
-        record.update(_redact(fields))
+        # A token that slipped into a field is replaced before the line is written:
+        # the trace is the one file most likely to be shared when something goes wrong.
+        record.update(redact_value(fields))
         self._append(_encode(record))
         return record
 

@@ -33,9 +33,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.redaction import redact
 from gateway.tokens import FormationKey
 from launcher.channel import ChannelRefused, refuse_roster_inside_formation
-from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit, redact
+from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
 from launcher.durations import parse_duration
 from launcher.env_names import DIAGNOSTICS_ENV, PEERS_ENV
 from launcher.formation.members import LaunchedMember, close_quietly, start_member

@@ -28,7 +28,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from launcher.diagnostics import Diagnostic, DiagnosticError, emit, redact
+from gateway.redaction import redact
+from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.ids import new_session_id
 from launcher.member.options import (
     MemberOptions,
