@@ -41,6 +41,8 @@ from gateway.caller import (
     Caller,
 )
 from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
+from gateway.errors import GatewayError
+from gateway.http_io import BodyTooLarge
 from gateway.protocol import (
     CARD_PATH,
     FILES_PATH,
@@ -186,16 +188,12 @@ def loggable(text: str) -> str:
 # -- reading a request -------------------------------------------------------------------
 
 
-class _NotPermitted(Exception):
+class _NotPermitted(GatewayError):
     """A valid formation token for another door; carries only the presenting member."""
 
     def __init__(self, member: str) -> None:
         super().__init__(member)
         self.member = member
-
-
-class _BodyTooLarge(Exception):
-    pass
 
 
 def _content_length(value: bytes) -> int:
@@ -205,7 +203,7 @@ def _content_length(value: bytes) -> int:
 
 async def _read_rest(receive: Receive, first: bytes, limit: int) -> bytes | None:
     """The whole body of a request whose first message brought ``first`` and said more
-    follows (``_BodyTooLarge`` past ``limit``); ``None`` if the client left."""
+    follows (``BodyTooLarge`` past ``limit``); ``None`` if the client left."""
     chunks = [first]
     size = len(first)
     while True:
@@ -215,7 +213,7 @@ async def _read_rest(receive: Receive, first: bytes, limit: int) -> bytes | None
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise _BodyTooLarge
+            raise BodyTooLarge
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
@@ -454,19 +452,19 @@ class DoorAuth:
                 if len(content_length) >= self._max_body_digits and (
                     _content_length(content_length) > max_body
                 ):
-                    raise _BodyTooLarge
+                    raise BodyTooLarge
                 message = await receive()
                 if message["type"] != "http.request":
                     return  # the client is gone: nobody to answer
                 body = message.get("body", b"")
                 if len(body) > max_body:
-                    raise _BodyTooLarge
+                    raise BodyTooLarge
                 if message.get("more_body", False):
                     read = await _read_rest(receive, body, max_body)
                     if read is None:
                         return
                     body = read
-            except _BodyTooLarge:
+            except BodyTooLarge:
                 await self._refuse(scope, receive, send, "payload_too_large",
                                    limit=str(max_body))
                 return

@@ -41,10 +41,11 @@ import httpx
 from gateway.egress import (
     answer_text,
     egress_reaches_loopback,
-    member_env,
+    peers_environ,
     virtual_address,
 )
 from gateway.egress import parts_text as _parts_text
+from gateway.errors import GatewayError
 from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, PEERS_ENV, TERMINAL_STATES, TaskState
 from gateway.proxy import (
     DoorUnavailable,
@@ -55,7 +56,7 @@ from gateway.proxy import (
 )
 
 __all__ = [
-    "PEERS_ENV", "CallFailed", "CallHandle", "Backoff", "MemberCalls", "member_env",
+    "PEERS_ENV", "CallFailed", "CallHandle", "Backoff", "MemberCalls", "peers_environ",
     "virtual_address", "fence_answer", "egress_reaches_loopback", "JsonRpcSender",
     "answer_text",
 ]
@@ -78,7 +79,7 @@ CALLER_ENDED: Final = "canceled by the caller"
 ERROR: Final = "error"
 
 
-class CallFailed(Exception):
+class CallFailed(GatewayError):
     """A call to a member did not produce an answer. ``state`` is the callee's task state
     (``TASK_STATE_FAILED``, ``..._CANCELED``, ``..._REJECTED``, ``..._INPUT_REQUIRED``...)
     or one of ``refused``, ``deadline``, ``transport error``, ``canceled by the caller``,
@@ -119,7 +120,7 @@ class Backoff:
         return delay * (1.0 + random.uniform(0.0, self.jitter))
 
 
-class _RpcError(Exception):
+class _RpcError(GatewayError):
     def __init__(self, code: int, message: str, data: Any) -> None:
         super().__init__(f"JSON-RPC error {code}: {message}")
         self.code = code
@@ -559,7 +560,7 @@ class JsonRpcSender:
             await response.aclose()
 
 
-class _StreamFailed(Exception):
+class _StreamFailed(GatewayError):
     """The stream cannot be used; the caller falls back to polling GetTask."""
 
 

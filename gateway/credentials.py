@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.caller import FORMATION_SCOPES, OPERATOR_METHODS, TASK_METHODS, Credential
+from gateway.errors import GatewayError
 from gateway.tokens import PREFIX, InvalidToken
 
 __all__ = [
@@ -61,7 +62,7 @@ _EC_ALGORITHMS = {"secp256r1": "ES256", "secp256k1": "ES256K", "secp384r1": "ES3
                   "secp521r1": "ES512"}
 
 
-class CredentialError(ValueError):
+class CredentialError(GatewayError, ValueError):
     """A credential is configured wrongly. The text names what and how to fix it."""
 
 

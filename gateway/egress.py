@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VIRTUAL_DOMAIN", "VIRTUAL_SUFFIX", "AllowList",
-    "egress_reaches_loopback", "check_callees", "virtual_address", "member_env",
+    "egress_reaches_loopback", "check_callees", "virtual_address", "peers_environ",
     "answer_text",
 ]
 
@@ -40,7 +40,7 @@ def virtual_address(name: str) -> str:
     return f"http://{name}{VIRTUAL_SUFFIX}"
 
 
-def member_env(peers: Sequence[str]) -> dict[str, str]:
+def peers_environ(peers: Sequence[str]) -> dict[str, str]:
     """``MURMUR_FORMATION_PEERS`` for the components' environment, peers in roster order;
     an empty dict when the member may call nobody (the variable is never set empty)."""
     if not peers:

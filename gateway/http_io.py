@@ -3,12 +3,13 @@ wait for the client to go away."""
 
 from __future__ import annotations
 
+from gateway.errors import GatewayError
 from gateway.types import Headers, Receive, Scope, Send
 
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(GatewayError):
     """The request body is longer than the door reads."""
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gateway.errors import GatewayError
+
 A2A_DOMAIN = "a2a-protocol.org"
 MURMUR_DOMAIN = "murmur.nexus"
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
@@ -64,7 +66,7 @@ ERROR_TABLE: Mapping[str, ErrorSpec] = {
 }
 
 
-class RpcError(Exception):
+class RpcError(GatewayError):
     """A JSON-RPC error answer, named by its row in :data:`ERROR_TABLE`.
 
     ``detail`` is appended to the table's message (``"Invalid parameters: <detail>"``);
@@ -140,7 +142,7 @@ class RpcRequest:
     params: dict[str, Any]
 
 
-class RequestError(Exception):
+class RequestError(GatewayError):
     """A request that cannot be served, with the request id when it could be read."""
 
     def __init__(self, request_id: RequestId, error: RpcError) -> None:

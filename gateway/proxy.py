@@ -33,14 +33,16 @@ from urllib.parse import unquote
 
 import httpx
 
-# The allow-list and the names live in gateway.egress, which a member imports at start
-# without httpx; they are re-exported here for everything that imports them from here.
 from gateway.egress import VIRTUAL_DOMAIN as VIRTUAL_DOMAIN
 from gateway.egress import VIRTUAL_SUFFIX as VIRTUAL_SUFFIX
 from gateway.egress import AllowList as AllowList
 from gateway.egress import check_callees
 from gateway.egress import default_port as _default_port
 from gateway.egress import egress_reaches_loopback as egress_reaches_loopback
+
+# The allow-list and the names live in gateway.egress, which a member imports at start
+# without httpx; they are re-exported here for everything that imports them from here.
+from gateway.errors import GatewayError
 from gateway.protocol import MEMBER_NAME_RE, ORIGIN_HEADER, RUNTIME_HEADER_PREFIX, TRUST_HEADER
 
 #: How long a request waits for a callee's door URL to arrive on the channel.
@@ -84,7 +86,11 @@ TrustSource = Callable[[], str | None]
 CallHook = Callable[[str, str], None]
 
 
-class FormationRefused(httpx.TransportError):
+class ProxyError(GatewayError, httpx.TransportError):
+    """The formation proxy refused a request or could not reach its callee."""
+
+
+class FormationRefused(ProxyError):
     """A virtual address this member may not use. One class and one message for every
     case (not a callee, no such member, itself, a host trick), so a refusal tells a
     component nothing about which members exist."""
@@ -98,11 +104,11 @@ class FormationRefused(httpx.TransportError):
         super().__init__(self.MESSAGE, request=request)
 
 
-class EgressRefused(httpx.TransportError):
+class EgressRefused(ProxyError):
     """The real URL is outside the sending component's ``capabilities.network.allow``."""
 
 
-class DoorUnavailable(httpx.TransportError):
+class DoorUnavailable(ProxyError):
     """A callee's door URL did not arrive on the channel in time."""
 
 

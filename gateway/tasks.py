@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from gateway.a2a import ListTasksRequest
 from gateway.caller import Caller
+from gateway.errors import GatewayError
 from gateway.jsonrpc import RpcError, member_busy
 from gateway.protocol import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
 from gateway.trace_bus import TraceBus, utc_timestamp
@@ -72,7 +73,7 @@ class GateConfig:
         return self.concurrency + self.queue_depth
 
 
-class TaskEndedError(RuntimeError):
+class TaskEndedError(GatewayError, RuntimeError):
     """An agent reported on a task that has already ended (or replied)."""
 
 

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from gateway.errors import GatewayError
 from gateway.protocol import MEMBER_NAME_PATTERN, MEMBER_NAME_RE
 
 __all__ = [
@@ -75,7 +76,7 @@ _SIGNATURE_RE = re.compile(r"[A-Za-z0-9_-]{85}[AQgw]")
 _PUBLIC_KEY_BYTES = 32
 
 
-class InvalidToken(Exception):
+class InvalidToken(GatewayError):
     """A token was refused. The text names the rule that failed, never the token."""
 
 

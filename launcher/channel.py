@@ -374,7 +374,7 @@ def _is_door_url(url: object) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
-class DoorUnavailable(TimeoutError):
+class DoorAddressMissing(TimeoutError):
     """No door URL is known for a callee, and none is coming in time. A TimeoutError,
     as ``gateway.proxy.DoorDirectory``'s protocol expects of ``wait_for``."""
 
@@ -500,21 +500,21 @@ class DoorDirectory:
     async def wait_for(self, name: str, timeout: float = DEFAULT_TIMEOUT) -> str:
         """The door URL of ``name``, waiting up to ``timeout`` seconds for it to arrive.
 
-        Raises :class:`DoorUnavailable` when ``name`` is not a callee, when the channel
+        Raises :class:`DoorAddressMissing` when ``name`` is not a callee, when the channel
         ended without it, or when the time runs out.
         """
         if self._callees is not None and name not in self._callees:
-            raise DoorUnavailable(f"`{name[:40]}` is not a member this one may call")
+            raise DoorAddressMissing(f"`{name[:40]}` is not a member this one may call")
         deadline = asyncio.get_running_loop().time() + timeout
         while (url := self._doors.get(name)) is None:
             if self._ended:
-                raise DoorUnavailable(f"the formation channel closed without a door "
+                raise DoorAddressMissing(f"the formation channel closed without a door "
                                       f"address for member `{name}`")
             try:
                 async with asyncio.timeout_at(deadline):
                     await self._changed.wait()
             except TimeoutError:
-                raise DoorUnavailable(f"no door address for member `{name}` arrived on the "
+                raise DoorAddressMissing(f"no door address for member `{name}` arrived on the "
                                       f"formation channel within {timeout:g} seconds") from None
         return url
 

@@ -18,7 +18,7 @@ from gateway.call_member import (
     answer_text,
     busy_retry_after,
     fence_answer,
-    member_env,
+    peers_environ,
 )
 from gateway.proxy import FormationRefused, FormationTransport
 from tests.test_proxy_fakes import (
@@ -72,13 +72,13 @@ async def settle_loop() -> None:
 # -- The environment -------------------------------------------------------------------
 
 def test_member_env_names_each_peer_in_roster_order() -> None:
-    assert member_env(["reviewer", "coder"]) == {
+    assert peers_environ(["reviewer", "coder"]) == {
         PEERS_ENV: "reviewer=http://reviewer.formation.invalid "
                    "coder=http://coder.formation.invalid"}
 
 
 def test_member_env_is_absent_never_empty_when_the_member_may_call_nobody() -> None:
-    assert member_env([]) == {}
+    assert peers_environ([]) == {}
 
 
 # -- A call ----------------------------------------------------------------------------

@@ -15,8 +15,8 @@ import pytest
 from gateway.tokens import FormationKey
 from launcher.channel import (
     ChannelWriter,
+    DoorAddressMissing,
     DoorDirectory,
-    DoorUnavailable,
 )
 from launcher.ids import new_formation_id
 from launcher.process import ManagedProcess, make_channel_pipe, read_line
@@ -82,7 +82,7 @@ async def test_waiting_past_the_timeout_is_a_clear_error(pipe: tuple[int, int]) 
         with pytest.raises(TimeoutError, match=r"no door address for member `coder` "
                                                r"arrived .* within 0.1 seconds") as caught:
             await directory.wait_for("coder", timeout=0.1)
-        assert isinstance(caught.value, DoorUnavailable)
+        assert isinstance(caught.value, DoorAddressMissing)
     finally:
         directory.close()
     assert time.monotonic() - started < 1
@@ -102,7 +102,7 @@ async def test_a_channel_that_ends_without_the_door_fails_the_wait_at_once(
     os.write(write_end, b'{"doors":{"coder":"http://127.0.0.1:6"}}')  # no newline
     os.close(write_end)
     started = time.monotonic()
-    with pytest.raises(DoorUnavailable, match="closed without a door address"):
+    with pytest.raises(DoorAddressMissing, match="closed without a door address"):
         await waiter
     assert time.monotonic() - started < 1
     assert directory.ended
@@ -115,7 +115,7 @@ async def test_a_name_that_is_not_a_callee_is_refused_without_waiting(
     directory = DoorDirectory(pipe[0], callees=["coder"])
     directory.start()
     try:
-        with pytest.raises(DoorUnavailable, match="not a member this one may call"):
+        with pytest.raises(DoorAddressMissing, match="not a member this one may call"):
             await directory.wait_for("planner", timeout=5)
     finally:
         directory.close()
@@ -163,7 +163,7 @@ async def test_a_directory_without_a_channel_is_fed_by_set() -> None:
     directory.start()
     directory.set({"coder": "http://127.0.0.1:9"})
     assert await directory.wait_for("coder", timeout=0.1) == "http://127.0.0.1:9"
-    with pytest.raises(DoorUnavailable):
+    with pytest.raises(DoorAddressMissing):
         await directory.wait_for("reviewer", timeout=0.1)
 
 

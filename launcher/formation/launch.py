@@ -83,7 +83,7 @@ OUTPUT_GRACE = 2.0
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Outcome(enum.Enum):
+class FormationEnd(enum.Enum):
     REFUSED = "refused"                  # E-RUN-045 printed; nothing left running
     DEADLINE_BEFORE_ENTRY = "deadline"   # E-RUN-053 printed
     SIGNALLED = "signalled"
@@ -243,7 +243,7 @@ class Launch:
             left = (self.deadline - datetime.now(UTC)).total_seconds()
             self._deadline_at = loop.time() + left
         self._write_record()
-        outcome = Outcome.REFUSED
+        outcome = FormationEnd.REFUSED
         try:
             outcome = await self._launch()
         finally:
@@ -262,32 +262,32 @@ class Launch:
         else:  # a second signal: stop waiting for members to wind down
             self._hurry.set()
 
-    def _exit_code(self, outcome: Outcome) -> int:
+    def _exit_code(self, outcome: FormationEnd) -> int:
         entry = self.members.get(self.admitted.entry.name)
         code = entry.process.returncode if entry is not None else None
         status = None if code is None else exit_status(code)
-        if outcome is Outcome.ENTRY_ENDED and status is not None:
+        if outcome is FormationEnd.ENTRY_ENDED and status is not None:
             return status
-        if outcome is Outcome.SIGNALLED:
+        if outcome is FormationEnd.SIGNALLED:
             signalled = 128 + (self.signal or signal.SIGTERM)
             if status is None or (self.task is not None and status == 0):
                 return signalled  # a --task that was interrupted did not succeed
             return status
-        if outcome in (Outcome.ENTRY_NOT_READY, Outcome.DEADLINE_RUNNING):
+        if outcome in (FormationEnd.ENTRY_NOT_READY, FormationEnd.DEADLINE_RUNNING):
             return status if status else 1
         return 1
 
-    async def _launch(self) -> Outcome:
+    async def _launch(self) -> FormationEnd:
         peers = self.admitted.peers
         if self._deadline_passed():
             self._deadline_diagnostic()
-            return Outcome.DEADLINE_BEFORE_ENTRY
+            return FormationEnd.DEADLINE_BEFORE_ENTRY
         if peers:
             refused = self._make_directories()
             if refused is not None:
                 _report(diagnostic("E-RUN-045", refused.member, member=refused.member,
                                 problem=refused.problem))
-                return Outcome.REFUSED
+                return FormationEnd.REFUSED
             outcome = await self._start_peers()
             if outcome is not None:
                 return outcome
@@ -337,7 +337,7 @@ class Launch:
         self.members[name] = member
         return member
 
-    async def _start_peers(self) -> Outcome | None:
+    async def _start_peers(self) -> FormationEnd | None:
         failures: list[NotReady] = []
         for peer in self.admitted.peers:
             try:
@@ -358,7 +358,7 @@ class Launch:
             for failure in failures:
                 _report(diagnostic("E-RUN-045", failure.member, member=failure.member,
                                 problem=failure.problem))
-            return Outcome.REFUSED
+            return FormationEnd.REFUSED
         self._hand_out_doors()
         return None
 
@@ -388,7 +388,7 @@ class Launch:
             raise NotReady(member.name, f"its readiness could not be checked "
                                         f"({type(exc).__name__})") from None
 
-    async def _await_peers(self, failures: list[NotReady]) -> Outcome | None:
+    async def _await_peers(self, failures: list[NotReady]) -> FormationEnd | None:
         """Wait for every peer's door; None when all are ready. Failures are appended."""
         client = new_probe_client()
         waits = {asyncio.create_task(self._peer_ready(member, client)): member
@@ -401,7 +401,7 @@ class Launch:
                 done, _ = await asyncio.wait(pending | {stopper},
                                              return_when=asyncio.FIRST_COMPLETED)
                 if stopper in done:
-                    return Outcome.SIGNALLED
+                    return FormationEnd.SIGNALLED
                 pending -= done
                 for task in done:
                     error = task.exception()
@@ -419,7 +419,7 @@ class Launch:
             await client.aclose()
         if deadline_fell and not failures:
             self._deadline_diagnostic()
-            return Outcome.DEADLINE_BEFORE_ENTRY
+            return FormationEnd.DEADLINE_BEFORE_ENTRY
         return None
 
     def _deadline_passed(self) -> bool:
@@ -466,13 +466,13 @@ class Launch:
                     "--task", self.task]
         return ["--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep"]
 
-    async def _run_entry(self) -> Outcome:
+    async def _run_entry(self) -> FormationEnd:
         entry = self.admitted.entry
         if self._stop.is_set():
-            return Outcome.SIGNALLED
+            return FormationEnd.SIGNALLED
         if self._deadline_passed():
             self._deadline_diagnostic()
-            return Outcome.DEADLINE_BEFORE_ENTRY
+            return FormationEnd.DEADLINE_BEFORE_ENTRY
         try:
             member = self._start(entry.name, doors=self._doors_of(entry.name),
                                  extra=self._entry_flags(), own_group=False,
@@ -480,7 +480,7 @@ class Launch:
         except OSError as exc:
             _report(diagnostic("E-RUN-045", entry.name, member=entry.name,
                             problem=f"it could not be started ({exc.strerror or exc})"))
-            return Outcome.REFUSED
+            return FormationEnd.REFUSED
         member.close_channel()
         reader = await member.process.stdout_reader()
         until, by_deadline = self._limit(member.started_at)
@@ -497,15 +497,15 @@ class Launch:
         if not reading.done():
             reading.cancel()
             await asyncio.gather(reading, return_exceptions=True)
-            return Outcome.SIGNALLED
+            return FormationEnd.SIGNALLED
         error = reading.exception()
         if isinstance(error, DeadlineFell):
             self._deadline_diagnostic()
-            return Outcome.DEADLINE_RUNNING
+            return FormationEnd.DEADLINE_RUNNING
         if isinstance(error, NotReady):
             _report(diagnostic("E-RUN-045", entry.name, member=entry.name,
                             problem=error.problem))
-            return Outcome.ENTRY_NOT_READY
+            return FormationEnd.ENTRY_NOT_READY
         if error is not None:
             raise error
         member.ready = reading.result()
@@ -541,7 +541,7 @@ class Launch:
             except (OSError, ValueError):
                 writable = False  # nobody reads our stdout any more; keep draining
 
-    async def _serve(self, entry: LaunchedMember) -> Outcome:
+    async def _serve(self, entry: LaunchedMember) -> FormationEnd:
         """Wait for the entry member to end, a signal, or the deadline to have fallen."""
         loop = asyncio.get_running_loop()
         ended = asyncio.create_task(entry.process.wait_async())
@@ -559,13 +559,13 @@ class Launch:
                 if task is not ended:
                     task.cancel()
         if ended in done:
-            return Outcome.ENTRY_ENDED
+            return FormationEnd.ENTRY_ENDED
         ended.cancel()
         await asyncio.gather(ended, return_exceptions=True)
         if stopper in done:
-            return Outcome.SIGNALLED
+            return FormationEnd.SIGNALLED
         self._deadline_diagnostic()
-        return Outcome.DEADLINE_RUNNING
+        return FormationEnd.DEADLINE_RUNNING
 
     # --- step 7: the end ----------------------------------------------------------------
 

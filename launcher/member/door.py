@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.agent_card import CardInfo, Skill
 from gateway.auth import AuthPolicy
 from gateway.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
-from gateway.egress import AllowList, check_callees, member_env
+from gateway.egress import AllowList, check_callees, peers_environ
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationVerifier
 from gateway.trace_bus import TraceBus
@@ -122,7 +122,7 @@ def task_env(manifest: Manifest, environ: Mapping[str, str],
     grant can neither supply nor replace."""
     env = {name: environ[name] for name in manifest.capabilities.env.allow
            if name in environ and name != "MURMUR_FORMATION_PEERS"}
-    env.update(member_env(tuple(callees)))
+    env.update(peers_environ(tuple(callees)))
     return env
 
 

@@ -43,7 +43,7 @@ from launcher.member.place import FormationPlace, close_place, forget_descriptor
 from launcher.member.shutdown import ProtocolOut, lifeline_grace
 
 if TYPE_CHECKING:
-    from launcher.member.outcome import Outcome
+    from launcher.member.outcome import SessionOutcome
     from launcher.member.session import MemberSession
 
 __all__ = ["main"]
@@ -166,7 +166,7 @@ def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_i
     return outcome.exit_code
 
 
-def _run_loop(session: MemberSession) -> tuple[Outcome, bool]:
+def _run_loop(session: MemberSession) -> tuple[SessionOutcome, bool]:
     """Run the session in a loop of its own; (its outcome, whether every task of the
     loop ended once the stragglers were cancelled)."""
     loop = asyncio.new_event_loop()

@@ -79,7 +79,7 @@ class Ending:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class SessionOutcome:
     exit_code: int
     exit_status: str
     diagnostic: Diagnostic | None = None
@@ -122,7 +122,7 @@ def result_text(task: Mapping[str, Any]) -> str:
 
 
 def decide(ending: Ending, *, session_id: str, deadline: str = "",
-           task: Mapping[str, Any] | None = None, result_path: str = "") -> Outcome:
+           task: Mapping[str, Any] | None = None, result_path: str = "") -> SessionOutcome:
     """The exit status, ``session_end`` status and diagnostic for ``ending``.
 
     ``task`` is the final Task of ``--task`` (for ``Cause.TASK_DONE``).
@@ -130,23 +130,23 @@ def decide(ending: Ending, *, session_id: str, deadline: str = "",
     cause = ending.cause
     running = bool(ending.running)
     if cause is Cause.FAILURE:
-        return Outcome(1, "failed", ending.failure)
+        return SessionOutcome(1, "failed", ending.failure)
     if cause is Cause.DEADLINE:
-        return Outcome(1, "deadline_reached", diagnostic(
+        return SessionOutcome(1, "deadline_reached", diagnostic(
             "E-RUN-053", subject=f"session {session_id}", deadline=deadline))
     if cause in (Cause.SIGNAL, Cause.STOP_SESSION):
         if not running:
-            return Outcome(0, "ok")
-        return Outcome(1, "canceled", diagnostic(
+            return SessionOutcome(0, "ok")
+        return SessionOutcome(1, "canceled", diagnostic(
             "E-RUN-040", session=session_id, task=", ".join(ending.running)))
     if cause is Cause.LIFELINE:
-        return Outcome(0, "formation_ended" if running else "ok")
+        return SessionOutcome(0, "formation_ended" if running else "ok")
     if cause is Cause.TASK_DONE and task is not None:
         state = task_state(task)
         if state == TaskState.COMPLETED:
-            return Outcome(0, "ok")
+            return SessionOutcome(0, "ok")
         detail = " ".join(answer_text(task).split())[:300] or "no reason was given"
-        return Outcome(1, state_word(state), member_diagnostic(
+        return SessionOutcome(1, state_word(state), member_diagnostic(
             TASK_NOT_COMPLETED, task=str(task.get("id", "")), session=session_id,
             state=state_word(state), detail=detail, result=result_path))
-    return Outcome(0, "ok")
+    return SessionOutcome(0, "ok")

@@ -49,7 +49,7 @@ from launcher.member.outcome import (
     SESSION_NOT_STAGED,
     Cause,
     Ending,
-    Outcome,
+    SessionOutcome,
     decide,
     member_diagnostic,
     result_text,
@@ -120,7 +120,7 @@ class _Watchers:
 
 
 class MemberSession:
-    """One session of a member; :meth:`run` returns its :class:`Outcome`."""
+    """One session of a member; :meth:`run` returns its :class:`SessionOutcome`."""
 
     def __init__(self, plan: SessionPlan, out: ProtocolOut | None) -> None:
         self.plan = plan
@@ -149,7 +149,7 @@ class MemberSession:
 
     # --------------------------------------------------------------------- the run
 
-    async def run(self) -> Outcome:
+    async def run(self) -> SessionOutcome:
         loop = asyncio.get_running_loop()
         guard = SignalGuard(loop, self._on_signal, with_interrupts=self.place.lifeline is None,
                             exit_fn=self.plan.exit_fn)
@@ -160,7 +160,7 @@ class MemberSession:
                 self._stage()
             except StartFailed as failed:
                 self._close_early()
-                outcome = Outcome(1, "failed", failed.diagnostic)
+                outcome = SessionOutcome(1, "failed", failed.diagnostic)
                 self._report(failed.diagnostic)
                 return outcome
             try:
@@ -510,7 +510,7 @@ class MemberSession:
             _write_private(records.result, text if text.endswith("\n") or not text
                            else text + "\n")
 
-    async def _finish(self) -> Outcome:
+    async def _finish(self) -> SessionOutcome:
         ending = self.ending
         assert ending is not None and self.records is not None
         self._watchers.cancel()

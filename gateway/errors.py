@@ -1,0 +1,32 @@
+"""The gateway's exceptions: one root, so a caller can catch everything the wire layer
+raises on purpose with one ``except``, and the tree (as httpx draws its own):
+
+    GatewayError
+    ├── InvalidToken ................ tokens: a formation token refused (names the rule,
+    │                                 never the token)
+    ├── CredentialError ............. credentials: a credential configured wrongly
+    │                                 (also a ValueError)
+    ├── BodyTooLarge ................ http_io, auth: a request body past the door's bound
+    ├── RpcError .................... jsonrpc: a JSON-RPC error answer, by its table row
+    ├── RequestError ................ jsonrpc: a request that cannot be served, with its id
+    ├── TaskEndedError .............. tasks: an agent reported on a task that has ended
+    │                                 (also a RuntimeError)
+    ├── CallFailed .................. call_member: a call to a member gave no answer
+    └── ProxyError .................. proxy: the formation proxy refused or could not
+        │                             reach (also an httpx.TransportError, so an httpx
+        │                             caller sees a transport failure)
+        ├── FormationRefused ........ a virtual address this member may not use
+        ├── EgressRefused ........... a real URL outside capabilities.network.allow
+        └── DoorUnavailable ......... a callee's door address did not arrive in time
+
+Each exception is defined in the module that raises it (the proxy's need httpx, which
+this module never imports); every one derives from :class:`GatewayError`, and so do the
+private ones a module raises and catches itself. The launcher has its own tree, drawn in
+``launcher/diagnostics.py``.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """The root of every exception the gateway raises on purpose."""
