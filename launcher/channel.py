@@ -39,6 +39,7 @@ from gateway.tokens import (
 )
 from launcher.diagnostics import DiagnosticError
 from launcher.env_names import CHANNEL_ENV, FORMATION_ENV, PEERS_ENV
+from launcher.errors import LauncherError
 from launcher.ids import is_formation_id
 
 #: How long a member waits for its first line, and a proxy for a callee's door.
@@ -374,7 +375,7 @@ def _is_door_url(url: object) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
-class DoorAddressMissing(TimeoutError):
+class DoorAddressMissing(LauncherError, TimeoutError):
     """No door URL is known for a callee, and none is coming in time. A TimeoutError,
     as ``gateway.proxy.DoorDirectory``'s protocol expects of ``wait_for``."""
 

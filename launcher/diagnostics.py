@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from gateway.redaction import redact
+from launcher.errors import LauncherError
 
 Severity = Literal["error", "warning"]
 
@@ -495,7 +496,7 @@ def diagnostic(code: str, path: str | None = None, **values: object) -> Diagnost
                       path=redact(path) if path is not None else None)
 
 
-class DiagnosticError(Exception):
+class DiagnosticError(LauncherError):
     """A refusal carrying its :class:`Diagnostic`; ``str()`` is the rendered diagnostic."""
 
     def __init__(self, code: str | Diagnostic, path: str | None = None,

@@ -1,8 +1,16 @@
-"""Durations as ``murmur.yaml`` writes them: ``30s``, ``10m``, ``2h``, ``7d``, ``2w``."""
+"""Durations as ``murmur.yaml`` writes them (``30s``, ``10m``, ``2h``, ``7d``, ``2w``), and
+the one ``--deadline`` parser of the launcher and the member runtime.
+
+A ``--deadline`` is a duration counted from the start of the command that reads it, or an
+ISO-8601 time (UTC when it names no zone). The launcher turns either into one absolute
+moment (:func:`format_deadline`) and hands that to every member, which reads it back with
+the same :func:`parse_deadline`.
+"""
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"([0-9]{1,12})([smhdw]?)")
@@ -33,6 +41,36 @@ def parse_duration(value: object) -> int:
     if seconds > MAX_SECONDS:
         raise ValueError("must be at most 100 years")
     return seconds
+
+
+_DEADLINE_FORMS = (f"write {DURATION_FORMS}, or an ISO-8601 UTC time such as "
+                   "2026-01-02T03:04:05Z")
+
+
+def parse_deadline(value: str, now: datetime) -> datetime:
+    """The moment ``--deadline`` names, in UTC: a duration (``90s``, ``10m``, ``2h``, a
+    whole number of seconds) from ``now``, else an ISO-8601 time, in UTC when it names no
+    zone. ``ValueError`` with a sentence that starts ``--deadline`` for anything else."""
+    text = value.strip()
+    if text and text[0].isdigit() and "-" not in text and ":" not in text:
+        try:
+            return now + timedelta(seconds=parse_duration(text))
+        except ValueError as exc:
+            raise ValueError(f"--deadline {exc}; {_DEADLINE_FORMS}") from None
+    try:
+        moment = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--deadline `{text[:40]}` is neither a duration nor an ISO-8601 "
+                         f"time; {_DEADLINE_FORMS}") from None
+    if moment.tzinfo is None:  # the flag takes a UTC time: one without a zone is UTC
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def format_deadline(moment: datetime) -> str:
+    """An absolute deadline as the launcher hands it to every member: ISO-8601 UTC with
+    microseconds and a ``Z``, which :func:`parse_deadline` reads back to the same moment."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def format_duration(seconds: int) -> str:

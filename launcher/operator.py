@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.protocol import A2A_VERSION
+from launcher.errors import LauncherError
 from launcher.ids import is_formation_id, is_session_id
 from launcher.process import escape_control
 from launcher.records import (
@@ -221,7 +222,7 @@ def ps(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- mur send
 
 
-class SendError(Exception):
+class SendError(LauncherError):
     """``mur send`` cannot reach or use a door; the text says why (never a token)."""
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, TextIO
 
 from launcher.env_names import LIFELINE_ENV
+from launcher.errors import LauncherError
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -319,7 +320,7 @@ class ManagedProcess:
 # --------------------------------------------------------------------------- stdout, stderr
 
 
-class LineTooLong(ValueError):
+class LineTooLong(LauncherError, ValueError):
     """A child wrote more than :data:`MAX_LINE` bytes without a newline."""
 
 

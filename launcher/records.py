@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gateway.protocol import MEMBER_NAME_RE
+from launcher.errors import LauncherError
 from launcher.ids import id_time, is_formation_id, is_session_id
 from launcher.paths import murmur_home
 from launcher.process import pid_alive
@@ -174,7 +175,7 @@ def read_operator_token(path: str | os.PathLike[str]) -> str:
 RunningKind = Literal["session", "launcher"]
 
 
-class RunningRecordsUnreadable(OSError):
+class RunningRecordsUnreadable(LauncherError, OSError):
     """``running/`` exists but cannot be listed: callers treat everything as running."""
 
 
@@ -430,7 +431,7 @@ def format_no_marker_warning(reason: str) -> str:
             "its directory will never be removed automatically")
 
 
-class PeerDirectoryExists(FileExistsError):
+class PeerDirectoryExists(LauncherError, FileExistsError):
     """A peer's work folder is already there. The launcher refuses with E-RUN-045."""
 
     def __init__(self, path: Path) -> None:

@@ -24,15 +24,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
+from launcher.errors import LauncherError
 from launcher.manifest import (
     Manifest,
-    YamlFault,
-    describe_value,
-    dotted,
     name_problem,
-    read_text_file,
-    read_yaml,
-    suggest,
     version_problem,
 )
 from launcher.paths import global_store, project_store
@@ -47,6 +42,14 @@ from launcher.store import (
     open_installed,
     read_lock,
     write_lock,
+)
+from launcher.yaml_files import (
+    YamlFault,
+    describe_value,
+    dotted,
+    read_text_file,
+    read_yaml,
+    suggest,
 )
 
 ROSTER_FILE = "roster.yaml"
@@ -105,7 +108,7 @@ class RosterStructure:
                 yield rule, position, callee
 
 
-class _ShapeFault(Exception):
+class _ShapeFault(LauncherError):
     def __init__(self, location: Location, problem: str, fix: str) -> None:
         super().__init__(problem)
         self.location, self.problem, self.fix = location, problem, fix

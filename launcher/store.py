@@ -34,18 +34,20 @@ import yaml
 from launcher.diagnostics import DiagnosticError
 from launcher.manifest import (
     Manifest,
-    YamlFault,
     check_files,
-    describe_value,
-    dotted,
     load_manifest,
     name_problem,
     parse_manifest,
-    read_text_file,
-    read_yaml,
     version_problem,
 )
 from launcher.paths import global_store, project_store
+from launcher.yaml_files import (
+    YamlFault,
+    describe_value,
+    dotted,
+    read_text_file,
+    read_yaml,
+)
 
 ARTIFACT_SUFFIX = ".mur.zip"
 LOCK_FILE = "murmur.lock"

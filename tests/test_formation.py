@@ -17,9 +17,10 @@ import pytest
 
 from gateway.tokens import FormationKey
 from launcher import records
+from launcher.durations import format_deadline, parse_deadline
 from launcher.formation import launch as formation
 from launcher.formation import members as formation_members
-from launcher.formation.launch import exit_status, format_deadline, parse_deadline, reach_warnings
+from launcher.formation.launch import exit_status, reach_warnings
 from launcher.formation.output import formation_line, render_table
 from launcher.formation.ready import (
     NotReady,

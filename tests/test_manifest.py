@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import manifest as manifest_module
+from launcher import yaml_files
 from launcher.diagnostics import DiagnosticError
 from launcher.durations import format_duration, parse_duration
 from launcher.manifest import (
@@ -288,7 +288,7 @@ BILLION_LAUGHS = "\n".join(
 def yaml_parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both parsers the reader may run on: libyaml's, and PyYAML's own where it is missing."""
     if request.param == "python":
-        monkeypatch.setattr(manifest_module, "_LOADER", manifest_module._PythonLoader)
+        monkeypatch.setattr(yaml_files, "_LOADER", yaml_files._PythonLoader)
     return str(request.param)
 
 

@@ -37,7 +37,7 @@ from gateway.redaction import redact
 from gateway.tokens import FormationKey
 from launcher.channel import ChannelRefused, refuse_roster_inside_formation
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
-from launcher.durations import parse_duration
+from launcher.durations import format_deadline, parse_deadline
 from launcher.env_names import DIAGNOSTICS_ENV, PEERS_ENV
 from launcher.formation.members import LaunchedMember, close_quietly, start_member
 from launcher.formation.output import formation_line, render_table
@@ -107,26 +107,6 @@ def _report(diag: Diagnostic) -> None:
 def _usage(message: str) -> int:
     _say(f"mur run: {message}")
     return 2
-
-
-def format_deadline(moment: datetime) -> str:
-    """An absolute deadline as handed to every member: ISO-8601 UTC with a ``Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_deadline(text: str, now: datetime) -> datetime:
-    """``--deadline``: a duration from ``now`` (``90s``, ``10m``) or an ISO-8601 time
-    (UTC when it names no offset). ValueError with a sentence for anything else."""
-    try:
-        return now + timedelta(seconds=parse_duration(text))
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("z", "Z"))
-    except ValueError:
-        raise ValueError(f"--deadline `{text[:64]}` is neither a duration (90s, 10m, 2h) nor "
-                         "an ISO-8601 time such as 2026-10-23T21:44:57Z") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def exit_status(code: int) -> int:

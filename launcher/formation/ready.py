@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-# gateway.protocol, not gateway.a2a: the A2A models would cost every launch a tenth of
-# a second before the first member starts.
 from gateway.protocol import CARD_PATH, SESSION_EXTENSION_URI
 from launcher.env_names import READY_SECONDS_ENV
+
+# gateway.protocol, not gateway.a2a: the A2A models would cost every launch a tenth of
+# a second before the first member starts.
+from launcher.errors import LauncherError
 from launcher.ids import is_formation_id, is_session_id
 from launcher.process import LineTooLong, ManagedProcess, read_line
 from launcher.records import OPERATOR_TOKEN_FILE, read_operator_token, records_root
@@ -53,7 +55,7 @@ PROBE_TIMEOUT = 1.0
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
-class NotReady(Exception):
+class NotReady(LauncherError):
     """A member did not come up; ``problem`` says how, for ``E-RUN-045``."""
 
     def __init__(self, member: str, problem: str) -> None:
@@ -62,7 +64,7 @@ class NotReady(Exception):
         self.problem = problem
 
 
-class DeadlineFell(Exception):
+class DeadlineFell(LauncherError):
     """The formation's ``--deadline`` fell while a member was still coming up."""
 
     def __init__(self, member: str) -> None:

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from gateway.a2a import Part
 from gateway.tasks import AgentFn, TaskRun, message_text
 from launcher.env_names import PEERS_ENV, TASK_ID_ENV
+from launcher.errors import LauncherError
 
 __all__ = [
     "AgentEnvironment", "CapsuleError", "MemberCallsLike", "Part", "TaskContext",
@@ -46,7 +47,7 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 STDERR_TAIL = 2000
 
 
-class CapsuleError(Exception):
+class CapsuleError(LauncherError):
     """The capsule's agent cannot be loaded; the message names the field and the fix."""
 
 
@@ -357,7 +358,7 @@ def _module_file(root: Path, top: str) -> tuple[Path | None, Path | None]:
 # --- command agents --------------------------------------------------------------------
 
 
-class CommandFailed(Exception):
+class CommandFailed(LauncherError):
     """A command agent exited non-zero (the task fails with this message)."""
 
 

@@ -12,12 +12,13 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from launcher.durations import DURATION_FORMS, parse_duration
+from launcher import durations
 from launcher.env_names import DIAGNOSTICS_ENV, WORKDIR_ENV
+from launcher.errors import LauncherError
 from launcher.ids import is_session_id
 
 #: The longest ``--task`` file read (the door itself reads 1 MiB requests).
@@ -36,7 +37,7 @@ def work_folder(environ: Mapping[str, str]) -> Path:
     return Path(given).resolve() if given else Path(os.getcwd())
 
 
-class UsageError(Exception):
+class UsageError(LauncherError):
     """A flag ``mur run`` cannot use: printed as ``mur run: <text>``, exit status 2."""
 
 
@@ -69,29 +70,12 @@ def diagnostics_as_json(json_flag: bool, environ: Mapping[str, str]) -> bool:
 
 
 def parse_deadline(value: str, *, now: datetime | None = None) -> datetime:
-    """The moment ``--deadline`` names, in UTC.
-
-    A duration (``90s``, ``10m``, ``2h``, a whole number of seconds) counts from ``now``
-    (the member's start); anything else must be an ISO-8601 time, in UTC when it names
-    no zone, as the launcher passes the formation's one moment to every member.
-    """
-    text = value.strip()
-    start = now or datetime.now(UTC)
-    if text and (text[0].isdigit() and ("-" not in text and ":" not in text)):
-        try:
-            return start + timedelta(seconds=parse_duration(text))
-        except ValueError as exc:
-            raise UsageError(f"--deadline {exc}; write {DURATION_FORMS}, or an ISO-8601 "
-                             "UTC time such as 2026-01-02T03:04:05Z") from None
+    """The moment ``--deadline`` names, in UTC (:func:`launcher.durations.parse_deadline`,
+    counted from ``now``, the member's start); a :class:`UsageError` for anything else."""
     try:
-        moment = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--deadline `{text[:40]}` is neither a duration nor an ISO-8601 "
-                         f"time; write {DURATION_FORMS}, or a time such as "
-                         "2026-01-02T03:04:05Z") from None
-    if moment.tzinfo is None:  # the flag takes a UTC time: one without a zone is UTC
-        return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+        return durations.parse_deadline(value, now or datetime.now(UTC))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def read_task(value: str) -> str:

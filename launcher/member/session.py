@@ -32,6 +32,7 @@ from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.trace_bus import TraceBus, TraceRecord
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
+from launcher.errors import LauncherError
 from launcher.member.capsule import CapsuleError, load_agent
 from launcher.member.door import (
     CallsSeam,
@@ -101,7 +102,7 @@ class SessionPlan:
     diagnostics: Any = None
 
 
-class StartFailed(Exception):
+class StartFailed(LauncherError):
     def __init__(self, diagnostic: Diagnostic) -> None:
         super().__init__(diagnostic.render())
         self.diagnostic = diagnostic

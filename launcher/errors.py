@@ -1,0 +1,31 @@
+"""The launcher's exceptions: one root, and the tree (the gateway's is in
+``gateway/errors.py``):
+
+    LauncherError
+    ├── DiagnosticError ............. diagnostics: a refusal carrying its coded Diagnostic
+    │   └── ChannelRefused .......... channel: E-RUN-046, one of the channel's cases
+    ├── YamlFault ................... yaml_files: a document that does not read
+    ├── UsageError .................. member.options: a flag mur run cannot use (exit 2)
+    ├── CapsuleError ................ member.capsule: the capsule's agent cannot be loaded
+    ├── CommandFailed ............... member.capsule: a command agent exited non-zero
+    ├── StartFailed ................. member.session: the session could not start
+    ├── NotReady .................... formation.ready: a member did not come up
+    ├── DeadlineFell ................ formation.ready: --deadline fell during start-up
+    ├── SendError ................... operator: mur send cannot reach or use a door
+    ├── LineTooLong ................. process: a child's line past the bound (a ValueError)
+    ├── DoorAddressMissing .......... channel: no door address for a callee in time
+    │                                 (a TimeoutError, as the proxy's directory expects)
+    ├── RunningRecordsUnreadable .... records: running/ cannot be listed (an OSError)
+    └── PeerDirectoryExists ......... records: a peer's work folder is there already
+                                      (a FileExistsError)
+
+Each is defined in the module that raises it; the standard exception a caller may also
+catch it as is its second base. Where a refusal reaches a user it is a
+``DiagnosticError`` with a code from the one table in ``launcher/diagnostics.py``.
+"""
+
+from __future__ import annotations
+
+
+class LauncherError(Exception):
+    """The root of every exception the launcher raises on purpose."""
