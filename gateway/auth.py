@@ -1,7 +1,7 @@
 """DoorAuth: the door's pure-ASGI auth middleware.
 
 At an authenticated door every HTTP and WebSocket request goes through these checks, in
-this order; the first failure answers and nothing after it is read (DESIGN.md section 6):
+this order; the first failure answers and nothing after it is read (docs/door-auth.md):
 
 1. ``401 unauthenticated``: no ``Authorization`` header (a token in the query string or a
    cookie is never looked at);

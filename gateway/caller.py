@@ -27,7 +27,7 @@ TASK_METHODS: frozenset[str] = frozenset(
 OPERATOR_METHODS: frozenset[str] = TASK_METHODS | {
     "murmur.WatchSession", "murmur.StopSession", "resources/files", "AgentCard",
 }
-#: Exactly the five scopes a formation token carries (the reference's table).
+#: Exactly the five scopes a formation token carries (docs/door-auth.md).
 FORMATION_SCOPES: frozenset[str] = frozenset(
     {"SendMessage", "GetTask", "CancelTask", "ListTasks", "SubscribeToTask"}
 )

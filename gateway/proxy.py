@@ -2,7 +2,7 @@
 
 A member reaches the members it may call at virtual addresses
 ``http://<member>.formation.invalid``. Every request its components make goes through
-:class:`FormationTransport`, which does DESIGN.md section 7's five steps in order:
+:class:`FormationTransport`, which does the five steps of docs/proxy.md in order:
 
 1. a host under ``formation.invalid`` that is not exactly ``<callee>.formation.invalid``
    (lower case, no port, no userinfo, no trailing dot, ``Host`` header agreeing) for a

@@ -1,6 +1,6 @@
 """The ``mft1`` formation token: minting (launcher side) and strict verification (door side).
 
-Format (DESIGN.md section 5)::
+Format (docs/door-auth.md, "Formation tokens")::
 
     mft1.<payload>.<signature>
 

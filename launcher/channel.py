@@ -1,6 +1,6 @@
 """The formation channel: how the launcher hands a member its credentials and addresses.
 
-One JSON object a line, on a pipe only that member inherits (DESIGN.md section 8)::
+One JSON object a line, on a pipe only that member inherits (docs/runtime-files.md)::
 
     {"formation":"frm_…","member":"planner","key":"<base64url>",
      "tokens":{"coder":"mft1…"},"entry":false}            first line, before it starts
@@ -8,7 +8,7 @@ One JSON object a line, on a pipe only that member inherits (DESIGN.md section 8
 
 ``key`` is the raw 32-byte Ed25519 public key in unpadded base64url. The launcher writes
 with :class:`ChannelWriter`; the member reads the first line with
-:func:`read_credentials`, which refuses with ``E-RUN-046`` in every case the reference's
+:func:`read_credentials`, which refuses with ``E-RUN-046`` in every case docs/runtime-files.md
 "The formation channel" lists, then follows later lines with a :class:`DoorDirectory`.
 
 No token or key is ever put in an exception's text or an object's repr.
@@ -66,7 +66,7 @@ RefusalCase = Literal[
 
 
 class ChannelRefused(DiagnosticError):
-    """``E-RUN-046``. ``case`` names which of the reference's cases it is."""
+    """``E-RUN-046``. ``case`` names which of the channel's refused cases it is."""
 
     def __init__(self, case: RefusalCase, problem: str, path: str = CHANNEL_ENV) -> None:
         super().__init__("E-RUN-046", path, problem=problem)

@@ -1,8 +1,9 @@
 """Every diagnostic ``mur`` can print, in one table, and the one way to print them.
 
 A diagnostic is a code (``E-ROS-004``), a severity, a message naming the field or path at
-fault, and a hint saying what would be accepted. Codes the roster reference names keep the
-reference's meaning; codes this project adds extend the same families:
+fault, and a hint saying what would be accepted. Codes of the roster format
+(``named_by="reference"``, shown as "named by the roster reference") keep that meaning;
+codes this project adds extend the same families:
 
 - ``ROS`` the roster (``roster.yaml``) and its admission;
 - ``REG`` the artifact stores, ``.mur.zip`` artifacts and ``murmur.lock``;
@@ -38,8 +39,8 @@ class CodeEntry:
 
     ``message`` and ``hint`` are ``str.format`` templates over the keyword arguments a
     diagnostic is made with (``{{`` and ``}}`` for literal braces). ``meaning`` says when the
-    code is given; ``named_by`` says whether the roster reference names the code or this
-    project added it.
+    code is given; ``named_by`` says whether the code belongs to the roster format
+    (``"reference"``) or this project added it.
     """
 
     code: str
@@ -62,7 +63,7 @@ TABLE: tuple[CodeEntry, ...] = (
         "{fix}",
         "Admission check 1. `roster.yaml` is missing or unreadable, is not UTF-8 YAML (tabs "
         "used for indentation, anchors or aliases, more than one document, over 256 KiB), or "
-        "does not have the shape of the reference's Fields table: a key the table does not "
+        "does not have the roster's shape: a key the roster format does not "
         "list, at any level; a required key missing; a value of the wrong type; "
         "`roster_version` other than `1`; no members; a member name outside "
         "`^[a-z][a-z0-9-]{0,31}$`; a bare capsule name (the hint names its scoped forms, "

@@ -333,7 +333,7 @@ class Trace(_Strict):
 
 
 class Manifest(_Strict):
-    """A capsule's ``murmur.yaml`` (DESIGN.md section 4). Durations are in seconds."""
+    """A capsule's ``murmur.yaml`` (docs/admission.md). Durations are in seconds."""
 
     manifest_version: Annotated[int, AfterValidator(_first_version)] = Field(
         description="`1`")

@@ -1,7 +1,7 @@
 """Files under ``$MURMUR_HOME``: session records, running records, formation directories,
 and the retention pass over formation directories.
 
-Layout (DESIGN.md section 3 and the reference's "Member directories")::
+Layout (docs/runtime-files.md, "Paths" and "Formation directories")::
 
     records/<workdir>/<session-id>/        a session's records directory
         trace.jsonl  out/  home/  tmp/  logs/  operator.token (0600)
@@ -513,7 +513,7 @@ def retention_pass(
 ) -> list[Removal]:
     """Apply the entry member's ``trace.retain`` to the project's formation directories.
 
-    Follows the reference's "Removing formation directories": the project's directories
+    Follows docs/runtime-files.md ("Retention of formation directories"): the project's directories
     (those whose marker names ``project_dir``, plus the current one) are ranked newest
     first; one past ``max_sessions`` or older than ``max_age`` is removed whole, with
     its members' records. Never removed: the current formation or a newer one; one whose

@@ -1,4 +1,4 @@
-"""``roster.yaml`` and its admission, in exactly the reference's order.
+"""``roster.yaml`` and its admission, in exactly the roster format's order (docs/admission.md).
 
 | Order | Check                                                         | Code      |
 |-------|---------------------------------------------------------------|-----------|
@@ -215,7 +215,7 @@ def _rule(value: Any, index: int) -> Rule:
 
 
 def _shape(document: Any) -> RosterStructure:
-    """Check 1: the document has the shape of the reference's Fields table."""
+    """Check 1: the document has the roster's shape (every field, its type, nothing else)."""
     if document is None:
         raise _ShapeFault((), "is empty", "write `roster_version: 1` and `members`; "
                           "`mur new --roster DIR` writes a roster that is admitted as written")

@@ -1,4 +1,4 @@
-"""Benchmark: what DoorAuth costs on the request path (DESIGN.md section 12, issue 2 "Speed").
+"""Benchmark: what DoorAuth costs on the request path (issue 2 "Speed").
 
 1. In-process: the same Starlette JSON-RPC app, called through the ASGI interface with and
    without DoorAuth in front, for a GetTask-sized request carrying a formation token that

@@ -1,4 +1,4 @@
-"""Benchmark: formation launch (DESIGN.md section 12, issue 5 "Speed").
+"""Benchmark: formation launch (issue 5 "Speed"; results in loadtests/results/).
 
 For formations of 3, 10 and 30 members (one entry member and peers, no edges, a trivial
 ``--task``), each launched as a real ``mur run --roster --json --task ping``:

@@ -1,4 +1,4 @@
-"""Benchmark: mft1 token verification (DESIGN.md section 12, issue 2 "Speed").
+"""Benchmark: mft1 token verification (issue 2 "Speed"; results in loadtests/results/).
 
 Prints, from one run, and writes loadtests/results/bench_tokens.{json,md}:
 - bare Ed25519 verify of the same bytes with each library installed (cryptography,

@@ -57,7 +57,7 @@ def _doctor(args: argparse.Namespace) -> int:
     except DiagnosticError as refusal:
         if args.json:
             # The diagnostic's own keys (code, severity, message, hint, path) stand at the
-            # top, as every --json diagnostic does (DESIGN.md section 10).
+            # top, as every --json diagnostic does (docs/diagnostics.md).
             refused = refusal.diagnostic.to_json()
             print(json.dumps({**refused, "admitted": False,
                               "project_dir": str(project.resolve()),

@@ -1,4 +1,4 @@
-"""``mur run --roster``: the launcher, the reference's seven steps and how a formation ends.
+"""``mur run --roster``: the launcher's seven steps and how a formation ends (docs/launcher.md).
 
 1. Admit ``roster.yaml`` (a refusal starts nothing).
 2. Mint the formation id and its Ed25519 signing key; the key lives only in this
@@ -201,7 +201,7 @@ class Launch:
         self.json_mode = json_mode
         self.environ = dict(environ)
         # Members print their readiness line as JSON for the launcher to read; their
-        # diagnostics follow the launch's own --json (DESIGN.md section 10).
+        # diagnostics follow the launch's own --json (docs/diagnostics.md).
         self.environ[DIAGNOSTICS_ENV] = "json" if json_mode else "text"
         self.formation_id = new_formation_id()
         self._key: FormationKey | None = FormationKey.generate()

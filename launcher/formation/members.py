@@ -145,7 +145,7 @@ def start_member(member: AdmittedMember, *, key: FormationKey, formation_id: str
         process = ManagedProcess.start(
             member_argv(member, project_dir=project_dir, deadline=deadline, extra=extra,
                         environ=environ),
-            # The launcher's current directory, as the reference's table says; the work
+            # The launcher's current directory, as docs/launcher.md says; the work
             # folder goes by MURMUR_WORKDIR.
             cwd=os.getcwd(),
             env={**member_env(environ, formation_id=formation_id,

@@ -1,6 +1,6 @@
 """What the launcher prints about a formation: the formation line and its table.
 
-``--json``: one JSON object on stdout (DESIGN.md section 9)::
+``--json``: one JSON object on stdout (docs/launcher.md, "The formation line")::
 
     {"event":"formation","formation_id":"frm_…","project_dir":"/…",
      "members":[{"name","entry","pid","session_id","door_url","workdir"}, …]}

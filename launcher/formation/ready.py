@@ -1,6 +1,6 @@
-"""Readiness of a formation's members: the reference's "Readiness" section.
+"""Readiness of a formation's members (docs/launcher.md, "Readiness").
 
-A member reports on stdout with one ``--json`` readiness line (DESIGN.md section 8)::
+A member reports on stdout with one ``--json`` readiness line (docs/member-runtime.md)::
 
     {"event":"ready","session_id","pid","door_url","capsule","version","records_dir",
      "formation_id","member"}

@@ -96,7 +96,7 @@ def idle_timeout(manifest: Manifest, options: MemberOptions,
                  place: FormationPlace) -> int | None:
     """``lifecycle.idle_timeout`` in seconds, or None. A ``--task`` session ends with its
     task, and the entry member of a formation launched without ``--task`` runs with no
-    idle timeout (the reference's launch table)."""
+    idle timeout (docs/member-runtime.md, "Flags")."""
     if options.task is not None or place.entry:
         return None
     return manifest.lifecycle.idle_timeout

@@ -1,4 +1,4 @@
-"""The member runtime: ``mur run --capsule NAME --capsule-version V`` (DESIGN.md section 8).
+"""The member runtime: ``mur run --capsule NAME --capsule-version V`` (docs/member-runtime.md).
 
 :func:`main` does the refusals that come before anything is staged, in this order:
 

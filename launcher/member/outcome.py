@@ -1,6 +1,6 @@
 """How a member's session ends: its causes, its exit status and code, its ``result.txt``.
 
-The reference's "How a formation ends" and DESIGN.md section 8 decide every row; the
+docs/member-runtime.md ("How a session ends") gives every row; the
 first cause wins and later ones change nothing:
 
 ======================  ==================  ================================  =====

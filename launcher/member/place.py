@@ -1,11 +1,11 @@
 """Where a ``mur run --capsule`` stands in a formation, read from its own environment.
 
-The reference's cases ("The formation channel", "A member started by hand", "Resuming a
-member's session"):
+The cases of docs/member-runtime.md ("Before anything is staged", "A member started by
+hand", "A resumed session") and docs/runtime-files.md ("The formation channel"):
 
 * ``MURMUR_FORMATION_PEERS`` in ``mur run``'s own environment: refused, ``E-RUN-046``;
 * ``MURMUR_FORMATION_CHANNEL``: the first line is read before anything is staged, and
-  every case the reference lists is ``E-RUN-046`` (:func:`launcher.channel.read_credentials`);
+  every refused case is ``E-RUN-046`` (:func:`launcher.channel.read_credentials`);
 * ``MURMUR_FORMATION_LIFELINE``: adopted (made non-inheritable); one that is not an open
   pipe is ``E-RUN-046`` too;
 * ``MURMUR_FORMATION_ID`` with no lifeline: a member started by hand, ``W-RUN-007`` once;

@@ -1,4 +1,4 @@
-"""One member's session, from staging to ``session_end`` (DESIGN.md section 8).
+"""One member's session, from staging to ``session_end`` (docs/member-runtime.md).
 
 :class:`MemberSession` stages the records directory (``operator.token`` at 0600, the
 running record, ``session_start``), builds the door and the agent, serves the door with

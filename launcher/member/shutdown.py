@@ -27,7 +27,7 @@ from launcher.env_names import LIFELINE_GRACE_ENV
 
 #: Exit status of a member forced to stop (a second SIGTERM, the lifeline watchdog).
 FORCED_EXIT = 143
-#: Seconds from the lifeline closing to the forced exit (the reference's 20 s).
+#: Seconds from the lifeline closing to the forced exit (the roster format's 20 s).
 LIFELINE_GRACE = 20.0
 #: Tests only: a shorter grace, in seconds (documented in docs/member-runtime.md).
 
