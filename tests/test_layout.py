@@ -1,0 +1,66 @@
+"""The house rules of docs/architecture.md, read from the source (no module is imported):
+which part may import which, and which modules stay light."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth (lazy imports inside functions too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _modules(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def _reaching(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(f"{path.relative_to(ROOT)} imports {name}"
+                  for path in paths for name in _imports(path)
+                  if any(name == f or name.startswith(f + ".") for f in forbidden))
+
+
+def test_the_wire_never_imports_files_and_processes() -> None:
+    assert _reaching(_modules("gateway"), ("launcher",)) == []
+
+
+def test_the_member_runtime_knows_nothing_of_its_launcher() -> None:
+    assert _reaching(_modules("launcher/member"),
+                     ("launcher.formation", "launcher.commands", "launcher.cli")) == []
+
+
+def test_the_launcher_never_imports_the_member_runtime() -> None:
+    assert _reaching(_modules("launcher/formation"), ("launcher.member",)) == []
+
+
+def test_shared_launcher_modules_import_neither_program() -> None:
+    shared = [path for path in (ROOT / "launcher").glob("*.py")
+              if path.name not in ("cli.py", "demo.py")]
+    assert len(shared) > 10
+    assert _reaching(shared, ("launcher.member", "launcher.formation",
+                              "launcher.commands", "launcher.cli")) == []
+
+
+@pytest.mark.parametrize("module", [
+    "gateway/protocol.py", "gateway/types.py", "gateway/errors.py", "gateway/redaction.py",
+    "launcher/env_names.py",
+])
+def test_shared_names_import_only_the_standard_library(module: str) -> None:
+    own = {"gateway.protocol", "gateway.protocol.PEERS_ENV"}
+    heavy = [name for name in _imports(ROOT / module)
+             if name.split(".")[0] not in sys.stdlib_module_names and name not in own]
+    assert heavy == []
