@@ -1,5 +1,5 @@
 """Members calling members, end to end: one real ``mur run --roster`` formation of probe
-agents (``calls_support.PROBE_AGENT``) serves every test of this module.
+agents (``tests.support.calls.PROBE_AGENT``) serves every test of this module.
 
 The formation: ``a`` (entry; may call ``r``, ``c`` and ``b``, written in that order;
 a declared bearer besides the operator token; ``inference.max_turns: 3``), ``b``
@@ -27,7 +27,10 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from calls_support import (
+
+from gateway.proxy import FormationRefused
+from launcher import records
+from tests.support.calls import (
     BEARER_ENV,
     REDIRECT_LOG_ENV,
     Formation,
@@ -43,10 +46,7 @@ from calls_support import (
     who,
     write_redirector,
 )
-from test_formation_support import mur, wait_gone
-
-from gateway.proxy import FormationRefused
-from launcher import records
+from tests.support.formation import mur, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -122,7 +122,7 @@ def member_calls(formation: Formation, name: str, task_id: str) -> list[dict[str
 
 
 def refused_call(result: dict[str, Any], name: str) -> None:
-    """A ``call`` step refused as the reference says: the one refusal, nothing opened."""
+    """A ``call`` step refused as docs/proxy.md says: the one refusal, nothing opened."""
     error = result["error"]
     assert error["type"] == "CallFailed", result
     assert (error["member"], error["state"]) == (name, "refused"), result

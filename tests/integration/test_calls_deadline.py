@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from calls_support import MemberSpec, build_project, plan, who
-from test_formation_support import (
+
+from launcher import records
+from tests.support.calls import MemberSpec, build_project, plan, who
+from tests.support.formation import (
     kill_group_quietly,
     launcher_env,
     member_traces,
@@ -20,8 +22,6 @@ from test_formation_support import (
     start_launcher,
     wait_gone,
 )
-
-from launcher import records
 
 pytestmark = pytest.mark.integration
 

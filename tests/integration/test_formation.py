@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_formation_support import (
+
+from launcher import records
+from tests.support.formation import (
     CODER_AGENT,
     PLANNER_AGENT,
     REVIEWER_AGENT,
@@ -28,8 +30,6 @@ from test_formation_support import (
     start_launcher,
     wait_gone,
 )
-
-from launcher import records
 
 pytestmark = pytest.mark.integration
 
@@ -231,9 +231,9 @@ def test_a_signal_to_the_launcher_ends_the_formation(
 
 def test_members_run_in_the_launchers_directory_and_keep_their_own_work_folders(
         pair: Path, launched: list[subprocess.Popen[bytes]], tmp_path: Path) -> None:
-    # The reference: every member's current directory is the launcher's (so a relative
-    # --task path names the same file); its work folder is the project directory (entry)
-    # or its own directory under formations/ (peers).
+    # docs/runtime-files.md ("Paths"): every member's current directory is the launcher's
+    # (so a relative --task path names the same file); its work folder is the project
+    # directory (entry) or its own directory under formations/ (peers).
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     process = start_launcher(pair, "--json", cwd=elsewhere)

@@ -1,6 +1,6 @@
 """Readiness failures (E-RUN-045), the deadline before the entry member starts (E-RUN-053)
 and retention of formation directories, with real launcher processes and fake members
-that speak the member contract (tests/integration/test_formation_support.py)."""
+that speak the member contract (tests/support/formation.py)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_formation_support import (
+
+from launcher import records
+from launcher.ids import new_formation_id
+from launcher.process import process_start_time
+from tests.support.formation import (
     kill_group_quietly,
     launcher_env,
     simple_project,
     start_launcher,
     write_fake_member,
 )
-
-from launcher import records
-from launcher.ids import new_formation_id
-from launcher.process import process_start_time
 
 pytestmark = pytest.mark.integration
 

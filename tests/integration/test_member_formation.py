@@ -1,7 +1,8 @@
 """``mur run --capsule`` as a formation member, as real processes handed a formation
 channel and a lifeline the way the launcher hands them: the lifeline's wind-down in every
-row of the reference's tables, the 143 watchdog, channel refusals, a member started by
-hand, and two members calling each other through the formation proxy."""
+row of docs/member-runtime.md's "How a session ends", the 143 watchdog, channel refusals,
+a member started by hand, and two members calling each other through the formation
+proxy."""
 
 from __future__ import annotations
 
@@ -17,11 +18,8 @@ from pathlib import Path
 import pytest
 
 from launcher.process import pid_alive, process_start_time
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import test_member_support as support  # noqa: E402
-from test_member_support import Channel, Member, Project, wait_for  # noqa: E402
+from tests.support import member as support
+from tests.support.member import Channel, Member, Project, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +129,8 @@ def test_the_lifeline_closing_after_a_sigterm_changes_nothing(project: Project) 
 
 def test_the_member_exits_143_a_grace_after_the_lifeline_closed_wherever_it_is(
         project: Project) -> None:
-    """The reference's 20 s, shortened for the test with MURMUR_TEST_LIFELINE_GRACE."""
+    """The 20 s of docs/member-runtime.md, shortened for the test with
+    MURMUR_TEST_LIFELINE_GRACE."""
     project.capsule("coder", peer_tasks=True)
     channel = _channel("coder", entry=True)
     member = project.run("coder", "--task", "stubborn", channel=channel,
@@ -327,8 +326,9 @@ def test_a_callers_task_env_names_its_callees_and_nothing_else(project: Project)
 
 
 def test_a_member_leaves_w_run_008_to_its_launcher(project: Project) -> None:
-    # The launcher prints W-RUN-008 once at launch (tests/test_formation.py); a member
-    # repeating it would print it twice for every launch.
+    # The launcher prints W-RUN-008 once at launch
+    # (tests/launcher/formation/test_launch.py); a member repeating it would print it
+    # twice for every launch.
     project.capsule("planner", allow=("api.example.com",))
     channel = _channel("planner", ("coder",), entry=True)
     member = project.run("planner", "--task", "hi", channel=channel)

@@ -17,10 +17,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import test_member_support as support  # noqa: E402
-from test_member_support import Project, member_env, start_member, wait_for  # noqa: E402
+from tests.support import member as support
+from tests.support.member import Project, member_env, start_member, wait_for
 
 pytestmark = pytest.mark.integration
 

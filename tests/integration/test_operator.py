@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_formation_support import (
+
+from launcher import records
+from tests.support.formation import (
     ECHO_AGENT,
     install_capsule,
     kill_group_quietly,
@@ -24,8 +26,6 @@ from test_formation_support import (
     wait_gone,
     write_capsule,
 )
-
-from launcher import records
 
 pytestmark = pytest.mark.integration
 

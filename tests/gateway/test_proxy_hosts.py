@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway.proxy import FormationClient, FormationRefused, FormationTransport
-from tests.test_proxy_fakes import Doors, FakeDoor, FakeNet
+from tests.support.proxy_fakes import Doors, FakeDoor, FakeNet
 
 CANONICAL = "http://coder.formation.invalid/"
 HOST = "coder.formation.invalid"

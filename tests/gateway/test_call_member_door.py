@@ -18,7 +18,7 @@ from gateway.door import Door, DoorSettings, build_door
 from gateway.proxy import FormationClient, FormationTransport
 from gateway.tasks import GateConfig
 from gateway.tokens import FormationKey, FormationVerifier
-from tests.test_proxy_fakes import Doors, FakeNet
+from tests.support.proxy_fakes import Doors, FakeNet
 
 FORMATION = "frm_0190a1b2c3d47e5f8a9b0c1d2e3f4a5b"
 CODER_DOOR = "127.0.0.1:4301"

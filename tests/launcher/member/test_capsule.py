@@ -28,7 +28,7 @@ from launcher.member.capsule import (
     load_python_agent,
     python_agent,
 )
-from tests.test_door_helpers import OPERATOR, member, user_message
+from tests.support.door import OPERATOR, member, user_message
 
 
 def capsule(tmp_path: Path, source: str, *, files: dict[str, str] | None = None) -> tuple[

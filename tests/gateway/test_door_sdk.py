@@ -36,7 +36,7 @@ from a2a.utils.errors import (
 
 from gateway.door import Door
 from gateway.tasks import GateConfig, TaskRun
-from tests.test_door_helpers import A2A_HEADERS, make_door, send_params, serve, sse_results
+from tests.support.door import A2A_HEADERS, make_door, send_params, serve, sse_results
 
 
 class Agent:

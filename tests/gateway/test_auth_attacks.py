@@ -1,5 +1,5 @@
 """Attacks on DoorAuth ("Bad input gets a clear answer, never a 500"), each named after
-the attack. The test door and its helpers are in tests/test_auth.py."""
+the attack. The test door and its helpers are in tests/support/auth.py."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 from gateway.auth import REFUSALS, DoorAuth
 from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken
 from gateway.tokens import FormationKey, FormationVerifier, b64url_encode
-from tests.test_auth import (
+from tests.support.auth import (
     CI_TOKEN,
     FORMATION,
+    INVALID_CHALLENGE,
     KEY,
     OTHER_FORMATION,
     asgi_scope,
+    assert_invalid_token,
     bearer,
     call_asgi,
     corp_jwt,
@@ -32,18 +34,6 @@ from tests.test_auth import (
     mint,
     rpc,
 )
-
-INVALID_BODY = {"error": "invalid_token",
-                "message": "The bearer token is not accepted at this door."}
-INVALID_CHALLENGE = 'Bearer realm="murmur", error="invalid_token"'
-
-
-def assert_invalid_token(response: httpx.Response) -> None:
-    """The one 401 every unacceptable token gets: same status, body and challenge."""
-    assert response.status_code == 401
-    assert response.json() == INVALID_BODY
-    assert response.headers["www-authenticate"] == INVALID_CHALLENGE
-
 
 # -- the Authorization header ------------------------------------------------------------
 

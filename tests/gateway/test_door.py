@@ -16,7 +16,7 @@ from gateway.auth import AuthPolicy
 from gateway.door import DoorSettings, build_door
 from gateway.jsonrpc import RpcError
 from gateway.tasks import GateConfig, TaskRun
-from tests.test_door_helpers import (
+from tests.support.door import (
     BASE_URL,
     card_info,
     client_for,

@@ -1,4 +1,4 @@
-"""FormationTransport: DESIGN.md section 7's five steps, attack by attack.
+"""FormationTransport: the five steps of docs/proxy.md, attack by attack.
 
 A formation where this member ("planner") may call "coder" and "reviewer"; "entry" is a
 member it may not call. Doors are in-process fakes behind a counting network: every
@@ -24,7 +24,7 @@ from gateway.proxy import (
     egress_reaches_loopback,
     names_formation,
 )
-from tests.test_proxy_fakes import Doors, FakeDoor, FakeNet
+from tests.support.proxy_fakes import Doors, FakeDoor, FakeNet
 
 CODER_DOOR = "127.0.0.1:4101"
 REVIEWER_DOOR = "127.0.0.1:4102"

@@ -15,7 +15,7 @@ import pytest
 
 from launcher.cli import main
 from launcher.store import read_lock, resolve
-from tests.test_store import capsule_source, install_capsule
+from tests.support.capsules import capsule_source, install_capsule
 
 Run = tuple[int, str, str]
 
@@ -35,7 +35,7 @@ def load_module(path: Path) -> ModuleType:
 
 
 class FakeTask:
-    """The part of the agent API (DESIGN.md section 4) the written agents use."""
+    """The part of the agent API (docs/door.md, "The agent API") the written agents use."""
 
     def __init__(self, text: str, peers: tuple[str, ...] = ()) -> None:
         self.text = text

@@ -12,7 +12,7 @@ from gateway.jsonrpc import RpcError
 from gateway.protocol import TaskState
 from gateway.tasks import GateConfig, TaskEndedError, TaskRun, TaskStore
 from gateway.trace_bus import TraceBus
-from tests.test_door_helpers import OPERATOR, bearer, member, user_message
+from tests.support.door import OPERATOR, bearer, member, user_message
 
 PLANNER = member("planner")
 REVIEWER = member("reviewer")

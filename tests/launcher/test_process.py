@@ -215,7 +215,9 @@ MEMBER_MARKS_EOF = textwrap.dedent("""
     fd, mark = int(sys.argv[1]), sys.argv[2]
     while os.read(fd, 4096):
         pass
-    open(mark, "w").write("eof")
+    with open(mark + ".part", "w") as out:  # renamed whole: the test never reads it half-made
+        out.write("eof")
+    os.rename(mark + ".part", mark)
 """)
 
 

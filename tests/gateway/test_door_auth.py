@@ -19,7 +19,7 @@ from gateway.door import Door, DoorSettings, build_door
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationKey, FormationVerifier
 from gateway.trace_bus import TraceBus
-from tests.test_door_helpers import A2A_HEADERS, BASE_URL, card_info, send_params, serve
+from tests.support.door import A2A_HEADERS, BASE_URL, card_info, send_params, serve
 
 FORMATION = "frm_" + uuid.uuid4().hex
 

@@ -1,7 +1,7 @@
 """Helpers for the launcher's integration tests (no tests here): capsules built and
 installed into a temporary project, a roster, the launcher as a real ``mur`` process,
-and a fake member that speaks the member contract of DESIGN.md section 8 and can
-misbehave on request.
+and a fake member that speaks the member contract of docs/member-runtime.md (the
+readiness line, the door, the lifeline's ending) and can misbehave on request.
 
 The fake is put in front of ``run ...`` with the launcher's test-only hook
 ``MURMUR_TEST_MEMBER_ARGV_PREFIX``. ``FAKE_MEMBER_MODES`` (JSON, capsule -> mode) picks

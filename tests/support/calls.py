@@ -33,7 +33,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-from test_formation_support import (
+
+from tests.support.formation import (
     kill_group_quietly,
     launcher_env,
     read_formation_line,
@@ -41,7 +42,7 @@ from test_formation_support import (
     wait_gone,
     write_roster,
 )
-from test_member_support import install_capsule, write_capsule
+from tests.support.member import install_capsule, write_capsule
 
 #: The agent every real member runs (see the module docstring).
 PROBE_AGENT = r'''

@@ -24,11 +24,11 @@ from launcher.diagnostics import (
     render_docs,
 )
 
-#: Every code the roster reference names, and DESIGN.md section 10 lists.
+#: Every code of the roster format (docs/diagnostics.md: "Named by the roster reference").
 REFERENCE_CODES = [f"E-ROS-00{n}" for n in range(1, 9)] + [
     "E-REG-005", "W-ROS-001", "E-MAN-003", "E-RUN-040", "E-RUN-045", "E-RUN-046",
     "E-RUN-047", "E-RUN-053", "W-RUN-007", "W-RUN-008", "W-SEC-013"]
-#: Codes the brief names that the reference does not.
+#: Codes this project adds (docs/diagnostics.md: "Added by murmur-door").
 PROJECT_CODES = ["E-MAN-001", "E-MAN-002"]
 
 

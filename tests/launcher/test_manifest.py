@@ -1,4 +1,4 @@
-"""murmur.yaml: the schema of DESIGN.md section 4, its refusals, and safe YAML reading."""
+"""murmur.yaml: its schema (docs/admission.md), its refusals, and safe YAML reading."""
 
 from __future__ import annotations
 

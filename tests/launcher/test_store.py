@@ -1,7 +1,7 @@
 """Packing, installing, finding and unpacking capsules, and murmur.lock.
 
-The helpers at the top (``capsule_source``, ``install_capsule``) are shared with the roster
-and CLI tests.
+The capsule helpers (``capsule_source``, ``install_capsule``) are in
+tests/support/capsules.py, shared with the roster and CLI tests.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from launcher.paths import global_store, project_store
 from launcher.paths import murmur_home as home_of
 from launcher.store import (
     FIXED_DATE_TIME,
-    InstalledArtifact,
     LockPin,
     install,
     locate,
@@ -33,44 +32,7 @@ from launcher.store import (
     unpack,
     write_lock,
 )
-
-# --- Shared helpers ----------------------------------------------------------------------
-
-
-def capsule_source(root: Path, name: str, version: str = "1.0.0", *, accept: bool = False,
-                   auth: bool = True, concurrency: int = 1, queue_depth: int = 0,
-                   extra: str = "", reply: str = "") -> Path:
-    """Write a capsule source directory under ``root`` and return it."""
-    source = root / f"{name}-{version}-{accept}-{auth}-{concurrency}-{queue_depth}-{reply}"
-    source.mkdir(parents=True, exist_ok=True)
-    module = name.replace("-", "_") + "_agent"
-    lines = [
-        "manifest_version: 1",
-        f"name: {name}",
-        f'version: "{version}"',
-        "agent:",
-        f"  python: {module}:run",
-        f"exports: {{peer_tasks: {{accept: {'true' if accept else 'false'}}}}}",
-        f"lifecycle: {{concurrency: {concurrency}, queue_depth: {queue_depth}}}",
-    ]
-    if auth:
-        lines.append("network: {authentication: {}}")
-    (source / "murmur.yaml").write_text("\n".join(lines) + "\n" + extra, encoding="utf-8")
-    (source / f"{module}.py").write_text(
-        f"async def run(task):\n    return 'from {name}: ' + task.text + {reply!r}\n",
-        encoding="utf-8")
-    return source
-
-
-def install_capsule(project: Path, name: str, version: str = "1.0.0", *,
-                    to_global: bool = False, force: bool = False,
-                    **options: object) -> InstalledArtifact:
-    """Write, pack and install a capsule into ``project``'s store (or the global one)."""
-    root = project.parent / f"{project.name}-sources"
-    source = capsule_source(root, name, version, **options)  # type: ignore[arg-type]
-    packed = pack(source, root / f"{source.name}.mur.zip")
-    installed, _ = install(packed.path, project, to_global=to_global, force=force)
-    return installed
+from tests.support.capsules import capsule_source, install_capsule
 
 
 def zip_with(entries: list[tuple[zipfile.ZipInfo | str, bytes]]) -> bytes:

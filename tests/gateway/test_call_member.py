@@ -21,7 +21,7 @@ from gateway.call_member import (
     peers_environ,
 )
 from gateway.proxy import FormationRefused, FormationTransport
-from tests.test_proxy_fakes import (
+from tests.support.proxy_fakes import (
     Doors,
     FakeDoor,
     FakeNet,

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from gateway.tokens import FormationKey
 from launcher.channel import ChannelWriter
@@ -352,9 +351,6 @@ def running_task_ids(member: Member) -> list[str]:
     return [task["id"] for task in tasks if task["status"]["state"] == "TASK_STATE_WORKING"]
 
 
-@pytest.fixture
-def project(tmp_path: Path, murmur_home: Path) -> Iterator[Project]:
-    yield from project_fixture(tmp_path, murmur_home)
 
 
 def codes(stderr: str) -> list[str]:

@@ -21,7 +21,7 @@ pytest.importorskip("aiohttp")
 from gateway.aiohttp_transport import AiohttpTransport, default_inner_transport  # noqa: E402
 from gateway.call_member import MemberCalls  # noqa: E402
 from gateway.proxy import FormationClient, FormationTransport  # noqa: E402
-from tests.test_proxy_fakes import Doors, FakeDoor  # noqa: E402
+from tests.support.proxy_fakes import Doors, FakeDoor  # noqa: E402
 
 Scope = dict[str, Any]
 

@@ -1,5 +1,5 @@
-"""Roster admission: one case per code, the reference's order, its Fields examples, and
-malformed input that never gives a traceback."""
+"""Roster admission: one case per code, the roster format's order of checks (docs/admission.md),
+its example roster, and malformed input that never gives a traceback."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from launcher.cli import main
 from launcher.diagnostics import DiagnosticError
 from launcher.roster import AdmittedRoster, admit, check_structure, parse_roster
 from launcher.store import LockPin, write_lock
-from tests.test_store import install_capsule
+from tests.support.capsules import install_capsule
 
 #: Every code admission may refuse a roster with (W-ROS-001 only warns).
 ADMISSION_CODES = {f"E-ROS-00{n}" for n in range(1, 9)} | {"E-REG-004", "E-REG-005"}
@@ -276,7 +276,7 @@ def test_check_8_names_the_first_member_without_authentication(project: Path) ->
     assert (refused.code, refused.path) == ("E-ROS-006", "members[2]")  # on no edge, still
 
 
-# --- The reference's Fields section ------------------------------------------------------
+# --- The roster format's example roster ------------------------------------------------
 
 REFERENCE_EXAMPLE = """\
 roster_version: 1

@@ -1,6 +1,6 @@
 """DoorAuth's fast paths (the per-door memory of verified formation tokens, the one-message
 body, the Content-Length pre-check, the replayed receive) decide exactly what the full
-checks decide. The shared test door and its helpers are in tests/test_auth.py."""
+checks decide. The shared test door and its helpers are in tests/support/auth.py."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import gateway.auth
 from gateway.auth import DoorAuth
 from gateway.credentials import JwtIssuer, OperatorToken
 from gateway.tokens import FormationVerifier
-from tests.test_auth import (
+from tests.support.auth import (
     CI_TOKEN,
     KEY,
     EchoApp,
     asgi_scope,
+    assert_invalid_token,
     bearer,
     call_asgi,
     corp_jwt,
@@ -27,7 +28,6 @@ from tests.test_auth import (
     mint,
     rpc,
 )
-from tests.test_auth_attacks import assert_invalid_token
 
 LOOPBACK = (b"host", b"127.0.0.1:8000")
 

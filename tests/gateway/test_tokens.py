@@ -1,4 +1,5 @@
-"""The mft1 formation token: format (DESIGN.md section 5), strict verification, the cache.
+"""The mft1 formation token: format (docs/door-auth.md, "Formation tokens"), strict
+verification, the cache.
 
 Attack tests are named after the attack. Tokens for payload attacks are signed with the
 formation's real key, so the payload rule is the only reason they can be refused.
@@ -148,7 +149,7 @@ def test_member_name_pattern_is_the_references() -> None:
 
 
 def reference_decode(text: str) -> bytes | None:
-    """The design's rule spelled out: decode, re-encode, compare (None: refused)."""
+    """Canonical unpadded base64url spelled out: decode, re-encode, compare (None: refused)."""
     if any(c not in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
            for c in text):
         return None
