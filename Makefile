@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ bench: $(STAMP)
 	$(BIN)/python loadtests/bench_door.py
 	$(BIN)/python loadtests/bench_proxy.py
 	$(BIN)/python loadtests/bench_launch.py
+
+# A formation with a busy callee and three callers, 10,000 calls (bounded by --deadline).
+soak: $(STAMP)
+	$(BIN)/python loadtests/soak_formation.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
