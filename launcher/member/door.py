@@ -25,6 +25,7 @@ from gateway.agent_card import CardInfo, Skill
 from gateway.auth import AuthPolicy
 from gateway.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
 from gateway.egress import AllowList, check_callees, peers_environ
+from gateway.protocol import PEERS_ENV
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationVerifier
 from gateway.trace_bus import TraceBus
@@ -121,7 +122,7 @@ def task_env(manifest: Manifest, environ: Mapping[str, str],
     ``MURMUR_FORMATION_PEERS`` (absent when the member may call nobody), which the
     grant can neither supply nor replace."""
     env = {name: environ[name] for name in manifest.capabilities.env.allow
-           if name in environ and name != "MURMUR_FORMATION_PEERS"}
+           if name in environ and name != PEERS_ENV}
     env.update(peers_environ(tuple(callees)))
     return env
 
