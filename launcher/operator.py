@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gateway.protocol import A2A_VERSION
+from gateway.protocol import A2A_VERSION, VERSION_HEADER
 from launcher.errors import LauncherError
 from launcher.ids import is_formation_id, is_session_id
 from launcher.process import escape_control
@@ -373,7 +373,7 @@ def send_task(door_url: str, token: str, text: str, follower: TaskFollower) -> N
     """Send ``text`` with ``SendStreamingMessage`` and follow the stream to its end."""
     import httpx
 
-    headers = {"Authorization": f"Bearer {token}", "A2A-Version": A2A_VERSION,
+    headers = {"Authorization": f"Bearer {token}", VERSION_HEADER: A2A_VERSION,
                "Accept": "text/event-stream"}
     timeout = httpx.Timeout(10.0, read=None)
     try:
