@@ -7,6 +7,12 @@ it: camelCase field names, enums as their proto names (``TASK_STATE_COMPLETED``,
 They are used to *validate* what arrives on the wire. What the door sends is built as
 plain dicts in that same shape (see :mod:`gateway.tasks`), because ``json.dumps`` of a
 dict is the cheapest way to answer; :meth:`WireModel.wire` gives the dict of a model.
+
+What a caller chooses and the door keeps is bounded here (docs/door.md, "Protocol"):
+every identifier (:data:`Identifier`, at most :data:`IDENTIFIER_LIMIT` characters) and
+the nesting of free-form JSON (``metadata``, a part's ``data``: at most
+:data:`JSON_DEPTH_LIMIT` levels). A task state in a filter reads an unknown name as
+unspecified (:func:`parse_task_state_filter`); anywhere else it is strict.
 """
 
 from __future__ import annotations
@@ -14,9 +20,16 @@ from __future__ import annotations
 import base64
 import binascii
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from gateway.protocol import A2A_VERSION, JSONRPC_BINDING, TaskState
@@ -32,6 +45,61 @@ class Role(StrEnum):
 
 
 ROLE_NUMBERS: dict[int, Role] = dict(enumerate(Role))
+_TASK_STATE_NAMES = frozenset(state.value for state in TaskState)
+
+#: The longest identifier a caller may choose (a message, context, task or tenant id, a
+#: page token). The door's own ids are 32 characters and SDKs send UUIDs (36): 256 leaves
+#: room for any prefixed or composite scheme, while every copy the door keeps and writes
+#: (history, ``a2a_task_received`` trace records, ListTasks filters) stays small.
+IDENTIFIER_LIMIT = 256
+#: The deepest nesting of free-form JSON a caller may store on a task (``metadata``,
+#: a part's ``data``). Anything stored is written back inside an answer several levels
+#: deep; a bound far below the parser's own keeps every answer encodable.
+JSON_DEPTH_LIMIT = 32
+
+Identifier = Annotated[str, Field(max_length=IDENTIFIER_LIMIT)]
+
+
+def _too_deep(value: Any, room: int) -> bool:
+    """Whether ``value`` nests more than ``room`` levels of objects and arrays (it stops
+    looking as soon as it knows)."""
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list):
+        items = value
+    else:
+        return False
+    if room == 0:
+        return True
+    for item in items:  # only containers nest: scalars cost no call
+        if isinstance(item, dict | list) and _too_deep(item, room - 1):
+            return True
+    return False
+
+
+def _shallow(value: Any) -> Any:
+    if _too_deep(value, JSON_DEPTH_LIMIT):
+        raise ValueError(f"nests deeper than {JSON_DEPTH_LIMIT} levels of objects and arrays")
+    return value
+
+
+#: Free-form JSON a caller stores on a task, bounded in depth.
+FreeJson = Annotated[Any, AfterValidator(_shallow)]
+
+
+def parse_task_state_filter(value: object) -> TaskState | None:
+    """A TaskState a caller filters on; an unknown *name* means no filter.
+
+    @a2a-js/sdk sends ``"UNRECOGNIZED"`` (protobuf-ts's name for an unset enum) whenever
+    no status is given; ProtoJSON parsers that ignore unknown fields read an unknown enum
+    name as the default, and so does the door, in filters only. Other types and unknown
+    numbers are still refused."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value not in _TASK_STATE_NAMES:
+        return None
+    state = parse_task_state(value)
+    return None if state is TaskState.UNSPECIFIED else state
 
 
 def parse_task_state(value: object) -> TaskState:
@@ -46,7 +114,9 @@ def parse_task_state(value: object) -> TaskState:
         except ValueError:
             pass
     names = ", ".join(state.value for state in TaskState)
-    raise ValueError(f"{value!r} is not a task state; use one of {names}")
+    shown = repr(value)  # a caller's value, echoed in the error: bounded
+    shown = shown if len(shown) <= 40 else shown[:40] + "..."
+    raise ValueError(f"{shown} is not a task state; use one of {names}")
 
 
 class WireModel(BaseModel):
@@ -69,6 +139,8 @@ class WireModel(BaseModel):
 
 
 JsonObject = dict[str, Any]
+#: A free-form JSON object a caller stores on a task (``metadata``), bounded in depth.
+FreeObject = Annotated[dict[str, Any], AfterValidator(_shallow)]
 
 # --- content -----------------------------------------------------------------------
 
@@ -85,8 +157,8 @@ class Part(WireModel):
     text: str | None = None
     raw: str | None = None
     url: str | None = None
-    data: Any = None
-    metadata: JsonObject | None = None
+    data: FreeJson = None
+    metadata: FreeObject | None = None
     filename: str | None = None
     media_type: str | None = None
 
@@ -129,14 +201,14 @@ def _role_value(value: Any) -> Any:
 
 
 class Message(WireModel):
-    message_id: str = Field(min_length=1)
-    context_id: str | None = None
-    task_id: str | None = None
+    message_id: Identifier = Field(min_length=1)
+    context_id: Identifier | None = None
+    task_id: Identifier | None = None
     role: Role
     parts: list[Part] = Field(min_length=1)
-    metadata: JsonObject | None = None
+    metadata: FreeObject | None = None
     extensions: list[str] | None = None
-    reference_task_ids: list[str] | None = None
+    reference_task_ids: list[Identifier] | None = None
 
     @field_validator("role", mode="before")
     @classmethod
@@ -201,46 +273,43 @@ class SendMessageConfiguration(WireModel):
 
 
 class SendMessageRequest(WireModel):
-    tenant: str | None = None
+    tenant: Identifier | None = None
     message: Message
     configuration: SendMessageConfiguration | None = None
-    metadata: JsonObject | None = None
+    metadata: FreeObject | None = None
 
 
 class GetTaskRequest(WireModel):
-    tenant: str | None = None
-    id: str = Field(min_length=1)
+    tenant: Identifier | None = None
+    id: Identifier = Field(min_length=1)
     history_length: int | None = Field(default=None, ge=0)
 
 
 class CancelTaskRequest(WireModel):
-    tenant: str | None = None
-    id: str = Field(min_length=1)
-    metadata: JsonObject | None = None
+    tenant: Identifier | None = None
+    id: Identifier = Field(min_length=1)
+    metadata: FreeObject | None = None
 
 
 class SubscribeToTaskRequest(WireModel):
-    tenant: str | None = None
-    id: str = Field(min_length=1)
+    tenant: Identifier | None = None
+    id: Identifier = Field(min_length=1)
 
 
 class ListTasksRequest(WireModel):
-    tenant: str | None = None
-    context_id: str | None = None
+    tenant: Identifier | None = None
+    context_id: Identifier | None = None
     status: TaskState | None = None
     page_size: int | None = Field(default=None, ge=1, le=100)
-    page_token: str | None = None
+    page_token: Identifier | None = None
     history_length: int | None = Field(default=None, ge=0)
-    status_timestamp_after: str | None = None
+    status_timestamp_after: Identifier | None = None
     include_artifacts: bool = False
 
     @field_validator("status", mode="before")
     @classmethod
     def _status(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        state = parse_task_state(value)
-        return None if state is TaskState.UNSPECIFIED else state
+        return parse_task_state_filter(value)
 
 
 # --- agent card --------------------------------------------------------------------

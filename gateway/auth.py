@@ -11,7 +11,9 @@ this order; the first failure answers and nothing after it is read (docs/door-au
 3. ``403 not_permitted``: a valid formation token issued for another member's door;
 4. the method is read: from the JSON-RPC body of ``POST /`` (bounded: ``413`` past
    ``max_body``), from the path for the agent card and ``resources/files``;
-5. ``403 insufficient_scope``: a method outside the credential's scopes;
+5. ``403 insufficient_scope``: a method outside the credential's scopes, unless the
+   request asks for an A2A version other than 1.0 (its method names are not ours: the
+   app answers ``-32009`` before it looks a name up);
 6. ``403 peer_not_accepted``: a formation credential at a door that takes no peer tasks;
 7. ``421 misdirected_request``: a ``Host`` that is not a loopback name with the door's
    port (DNS rebinding);
@@ -20,8 +22,10 @@ this order; the first failure answers and nothing after it is read (docs/door-au
 
 Then the ``Authorization`` and task origin/trust headers are removed, the
 :class:`gateway.caller.Caller` and the parsed JSON-RPC request are left on the scope, the
-body is replayed, and the app is called. A public door checks nothing. ``GET /healthz``
-needs no credential. docs/door-auth.md is the user's version of this text.
+body is replayed, and the app is called. A public door (no credentials) makes check 7
+alone (DNS rebinding), then hands every request over as the ``public`` caller with the
+body unread. ``GET /healthz`` needs no credential and no ``Host``. docs/door-auth.md is
+the user's version of this text.
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ from gateway.caller import (
 )
 from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
 from gateway.errors import GatewayError
-from gateway.http_io import BodyTooLarge
+from gateway.http_io import BodyTooLarge, requested_version, serves_version
+from gateway.http_io import header as first_header
+from gateway.jsonrpc import STRICT_JSON
 from gateway.protocol import (
     CARD_PATH,
     FILES_PATH,
@@ -51,6 +57,7 @@ from gateway.protocol import (
     MEMBER_NAME_RE,
     ORIGIN_HEADER,
     TRUST_HEADER,
+    VERSION_HEADER,
     route_path,
 )
 from gateway.redaction import redact_request_text
@@ -68,6 +75,7 @@ _FORMATION_PREFIX = "mft1."
 _BEARER = b"Bearer "
 _TRUST_HEADER = TRUST_HEADER.encode("ascii")
 _ORIGIN_HEADER = ORIGIN_HEADER.encode("ascii")
+_VERSION_HEADER = VERSION_HEADER.encode("ascii")
 #: Headers the app never sees: the credential, and origin/trust, which come only from it.
 _STRIPPED_HEADERS = frozenset({
     b"authorization", _ORIGIN_HEADER, _TRUST_HEADER,
@@ -77,7 +85,8 @@ _STRIPPED_HEADERS = frozenset({
 
 @dataclass(frozen=True)
 class AuthPolicy:
-    """What a door accepts. ``authenticated=False`` is a public door that checks nothing."""
+    """What a door accepts. ``authenticated=False`` is a public door, which checks only
+    the ``Host`` (DNS rebinding)."""
 
     authenticated: bool = False
     operator: OperatorToken | None = None
@@ -220,9 +229,10 @@ async def _read_rest(receive: Receive, first: bytes, limit: int) -> bytes | None
 
 
 #: The C scanner behind json.loads, called directly: for a GetTask-sized body json.loads
-#: spends more around the scan than in it.
+#: spends more around the scan than in it. It is the door's strict reader's (no NaN or
+#: Infinity), so DoorAuth and the app accept exactly the same documents.
 _scan_json: Callable[[str, int], tuple[Any, int]] = (
-    json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in JSONDecoder.__init__
+    STRICT_JSON.scan_once  # type: ignore[attr-defined]  # set in JSONDecoder.__init__
 )
 _JSON_SPACE = " \t\n\r"
 
@@ -348,10 +358,7 @@ class DoorAuth:
             (bearer, Caller(bearer.credential, "client", "untrusted"))
             for bearer in policy.bearers
         )
-        self._issuers = tuple(
-            (issuer, Caller(issuer.credential, "client", "untrusted"))
-            for issuer in policy.jwt_issuers
-        )
+        self._issuers = policy.jwt_issuers
         self._accept_peer_tasks = policy.accept_peer_tasks
         self._max_body = policy.max_body
         #: A Content-Length with fewer digits than this cannot exceed max_body.
@@ -370,8 +377,7 @@ class DoorAuth:
             await self.app(scope, receive, send)  # lifespan and the like: untouched
             return
         if not self._authenticated:
-            _hand_over(scope, _without_stripped(scope["headers"]), PUBLIC_CALLER, None)
-            await self.app(scope, receive, send)
+            await self._public(scope, receive, send)
             return
 
         # One pass over the headers: note what the checks need, keep what the app may see.
@@ -480,8 +486,11 @@ class DoorAuth:
         credential = caller.credential
         if method is not None and not (
             credential.kind == "operator" or method in credential.scopes or method == "AgentCard"
-        ):  # the operator may call anything (the app answers -32601 to an unknown name),
-            # and any accepted credential may read the agent card
+        ) and (rpc is None or _asks_for_1_0(scope)):
+            # The operator may call anything (the app answers -32601 to an unknown name),
+            # any accepted credential may read the agent card, and a call in another A2A
+            # version goes on to the app's -32009: refused here, it would read like a
+            # missing permission. Judged only on this refusal path: no cost per request.
             await self._refuse(scope, receive, send, "insufficient_scope",
                                credential=credential.name, method=_method_label(method))
             return
@@ -489,12 +498,7 @@ class DoorAuth:
             await self._refuse(scope, receive, send, "peer_not_accepted",
                                credential=credential.name)
             return
-        server = scope.get("server")
-        port: int | None = server[1] if server else None
-        usual = self._hosts_by_port.get(port)
-        if hosts != 1 or host is None or not (
-            (usual is not None and host in usual) or self._host_allowed(host, port)
-        ):
+        if not self._host_ok(scope, host, hosts):
             await self._refuse(scope, receive, send, "misdirected_request")
             return
         if rpc_refusal is not None:
@@ -510,6 +514,33 @@ class DoorAuth:
         else:
             scope[RPC_SCOPE_KEY] = rpc
             await self.app(scope, _Replay(body, receive), send)
+
+    async def _public(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A public door: the ``Host`` check (421) and nothing else; every request that
+        passes is the ``public`` caller's, its body unread (the app reads it)."""
+        host: bytes | None = None
+        hosts = 0
+        stripped = False
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+                hosts += 1
+            elif name in _STRIPPED_HEADERS:
+                stripped = True
+        headers = _without_stripped(scope["headers"]) if stripped else scope["headers"]
+        if not self._host_ok(scope, host, hosts) and not _is_health_check(scope):
+            await self._refuse(scope, receive, send, "misdirected_request")
+            return
+        _hand_over(scope, headers, PUBLIC_CALLER, None)
+        await self.app(scope, receive, send)
+
+    def _host_ok(self, scope: Scope, host: bytes | None, hosts: int) -> bool:
+        """Check 7: exactly one ``Host``, a loopback name with the door's own port."""
+        server = scope.get("server")
+        port: int | None = server[1] if server else None
+        usual = self._hosts_by_port.get(port)
+        return hosts == 1 and host is not None and (
+            (usual is not None and host in usual) or self._host_allowed(host, port))
 
     def _authenticate(self, authorization: bytes, trusted: bool) -> Caller:
         """The Caller an ``Authorization: Bearer <token>`` value stands for; InvalidToken
@@ -534,12 +565,12 @@ class DoorAuth:
             if bearer.matches(token):
                 return caller
         if token.count(".") == 2:
-            for issuer, caller in self._issuers:
+            for issuer in self._issuers:
                 try:
-                    issuer.verify(token)
+                    credential = issuer.authenticate(token)
                 except InvalidToken:
                     continue
-                return caller
+                return Caller(credential, "client", "untrusted")
         raise InvalidToken("no credential of this door accepts the token")
 
     def _admit(self, authorization: bytes, member: str) -> None:
@@ -600,6 +631,22 @@ def _hand_over(scope: Scope, headers: Headers, caller: Caller | None,
         scope.pop(RPC_SCOPE_KEY, None)
     else:
         scope[RPC_SCOPE_KEY] = rpc
+
+
+def _is_health_check(scope: Scope) -> bool:
+    """``GET``/``HEAD /healthz``, which names nothing and is never ``Host``-checked (a
+    container probe uses the pod's address)."""
+    if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
+        return False
+    path: str = scope["path"]
+    if scope.get("root_path") or "//" in path:
+        path = route_path(scope)
+    return path == HEALTH_PATH
+
+
+def _asks_for_1_0(scope: Scope) -> bool:
+    """Whether a request asks for the A2A version the door serves (header or query)."""
+    return serves_version(requested_version(scope, first_header(scope, _VERSION_HEADER)))
 
 
 def _method_label(method: str) -> str:

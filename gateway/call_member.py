@@ -7,7 +7,9 @@ when the callee is busy (``-32050``), in which case the task is offered again in
 background, with backoff, until the door takes it or the call's deadline passes.
 ``await handle`` is the callee's answer, read with ``SubscribeToTask`` and, if the
 stream fails, by polling ``GetTask``. ``cancel_outstanding`` ends every call still
-running when the calling task ends. Decisions the documents leave open are in
+running when the calling task ends. A CallFailed an agent sees names the callee's
+virtual address, never its door's: every failure is scrubbed by the proxy, which alone
+knows the door addresses, as it settles. Decisions the documents leave open are in
 ``docs/proxy.md``.
 """
 
@@ -244,6 +246,7 @@ class MemberCalls:
         self.deadline = deadline
         view = transport.with_trust(trust)
         self.http: httpx.AsyncClient = FormationClient(transport=view, timeout=timeout)
+        self._scrub = view.scrub
         self._sender = JsonRpcSender(view, timeout=timeout)
         self._clock = clock
         self._backoff = backoff
@@ -309,14 +312,24 @@ class MemberCalls:
             answer = await self._follow(handle, reply)
         except CallFailed as failure:
             handle.state = failure.state
-            _settle(handle, failure)
+            _settle(handle, self._scrubbed(failure))
         except Exception as exc:  # noqa: BLE001 - any bug ends the call, not the task
             handle.state = ERROR
-            _settle(handle, CallFailed(handle.member, ERROR, f"{type(exc).__name__}: {exc}"))
+            _settle(handle, self._scrubbed(
+                CallFailed(handle.member, ERROR, f"{type(exc).__name__}: {exc}")))
         else:
             _settle(handle, answer)
         finally:
             handle._placed.set()
+
+    def _scrubbed(self, failure: CallFailed) -> CallFailed:
+        """``failure`` as the agent may see it: a ``detail`` that named a door address
+        (a transport error, a callee's own text) is rebuilt without it, and without the
+        exception chain that held the original."""
+        detail = self._scrub(failure.detail)
+        if detail == failure.detail:
+            return failure
+        return CallFailed(failure.member, failure.state, detail)
 
     async def _place(self, handle: CallHandle, text: str) -> dict[str, Any]:
         """Offer the task until the door holds it (its SendMessage result)."""

@@ -37,15 +37,22 @@ FORMATION_SCOPES: frozenset[str] = frozenset(
 class Credential:
     """A credential a door accepted.
 
-    ``name`` is what traces, errors and task ownership use: ``operator``, ``bearer:ci``,
-    ``jwt:corp``, ``member:planner`` or ``public``. ``member`` is the calling member's
-    roster name for a formation token, else ``None``.
+    ``name`` is what traces and errors use: ``operator``, ``bearer:ci``, ``jwt:corp``,
+    ``member:planner`` or ``public``. ``member`` is the calling member's roster name for
+    a formation token, else ``None``. ``owner`` is who owns the tasks the credential
+    starts: its ``name`` (the default, given as ``""``), except for a JWT, whose every
+    subject is its own owner (``jwt:corp/alice``, docs/door-auth.md).
     """
 
     kind: CredentialKind
     name: str
     scopes: frozenset[str]
     member: str | None = None
+    owner: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.owner:
+            object.__setattr__(self, "owner", self.name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 - the session's **operator** token (random 32 bytes, compared in constant time);
 - **declared bearer** tokens, read from the environment variables a manifest names;
 - **declared JWT issuers**, verified with pyjwt against keys from a JWKS or PEM file;
+  each subject (``sub``) of an issuer is a task owner of its own;
 - **formation** tokens (``member:<from>``; verification lives in :mod:`gateway.tokens`).
 
 No object here ever puts a token into its ``repr``, an exception or a log line.
@@ -32,6 +33,7 @@ from gateway.tokens import PREFIX, InvalidToken
 
 __all__ = [
     "JWT_ALGORITHMS",
+    "MAX_JWT_SUBJECT_CHARS",
     "OPERATOR_CREDENTIAL",
     "CredentialError",
     "DeclaredBearer",
@@ -51,6 +53,9 @@ _OPERATOR_TOKEN_BYTES = 32
 _MIN_OPERATOR_TOKEN_CHARS = 16
 #: Seconds of clock skew a JWT's exp / nbf / iat is granted.
 JWT_LEEWAY_SECONDS = 60
+#: Longest ``sub`` a JWT may carry (OpenID Connect's bound); it becomes part of the owner
+#: of every task the token starts, so it is kept with each of them.
+MAX_JWT_SUBJECT_CHARS = 255
 #: Asymmetric JWS algorithms a declared issuer may allow. ``none`` and the HMAC family are
 #: never accepted: a shared secret belongs in a declared bearer token, not a JWT issuer.
 JWT_ALGORITHMS: frozenset[str] = frozenset(
@@ -265,6 +270,10 @@ class JwtIssuer:
     its signature with an algorithm that key's type supports, and pyjwt validates ``iss``,
     ``aud`` and a required ``exp`` (plus ``nbf``/``iat`` when present), with 60 s leeway.
     The token's own scope claims are not read: the manifest's ``scopes`` rule.
+
+    The door takes a token with :meth:`authenticate`, which also requires a ``sub`` of
+    1 to 255 characters: each subject is its own task owner (``jwt:<name>/<sub>``), while
+    ``credential`` (``jwt:<name>``, owner the same) is what traces and scope errors name.
     """
 
     __slots__ = ("_algorithms", "_audience", "_issuer", "_keys", "credential", "name")
@@ -394,9 +403,25 @@ class JwtIssuer:
                 raise InvalidToken(f"jwt {self.name}: {type(exc).__name__}") from None
         raise InvalidToken(f"jwt {self.name}: no key verifies the signature")
 
+    def authenticate(self, token: str) -> Credential:
+        """The credential of ``token``'s subject, or :class:`gateway.tokens.InvalidToken`.
+
+        A token without a ``sub`` string of 1 to :data:`MAX_JWT_SUBJECT_CHARS` characters
+        is refused: every subject of one issuer would otherwise own the same tasks.
+        """
+        subject = self.verify(token).get("sub")
+        if not isinstance(subject, str) or not 0 < len(subject) <= MAX_JWT_SUBJECT_CHARS:
+            raise InvalidToken(f"jwt {self.name}: no usable sub claim")
+        credential = self.credential
+        # The name cannot hold "/", so "jwt:<name>/" is a fixed prefix: owners of two
+        # subjects (or of two issuers) never coincide.
+        return Credential(kind="jwt", name=credential.name, scopes=credential.scopes,
+                          owner=f"{credential.name}/{subject}")
+
     def accepts(self, token: str) -> bool:
+        """Whether the door would take ``token`` (:meth:`authenticate`)."""
         try:
-            self.verify(token)
+            self.authenticate(token)
         except InvalidToken:
             return False
         return True

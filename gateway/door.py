@@ -34,7 +34,16 @@ from gateway.http_io import send_json, send_response
 from gateway.jsonrpc import dumps
 from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, route_path
 from gateway.rpc import RpcEndpoint
-from gateway.tasks import AgentFn, GateConfig, TaskListener, TaskStore, acts_as_operator, new_id
+from gateway.tasks import (
+    DEFAULT_MAX_FINISHED,
+    DEFAULT_MAX_FINISHED_BYTES,
+    AgentFn,
+    GateConfig,
+    TaskListener,
+    TaskStore,
+    acts_as_operator,
+    new_id,
+)
 from gateway.trace_bus import TraceBus
 from gateway.types import ASGIApp, Headers, Receive, Scope, Send
 
@@ -56,7 +65,9 @@ class DoorSettings:
     #: The session's ``out/`` directory, served under ``/resources/files/``.
     out_dir: Path | None = None
     #: Ended tasks kept for GetTask/ListTasks; older ones are forgotten first.
-    max_finished_tasks: int = 10_000
+    max_finished_tasks: int = DEFAULT_MAX_FINISHED
+    #: The bytes (estimated) those ended tasks may hold together; past it, likewise.
+    max_finished_bytes: int = DEFAULT_MAX_FINISHED_BYTES
 
 
 class Door:
@@ -68,7 +79,8 @@ class Door:
         self.policy = policy
         self.trace = trace
         self.store = TaskStore(agent, settings.gate, trace,
-                               max_finished=settings.max_finished_tasks)
+                               max_finished=settings.max_finished_tasks,
+                               max_finished_bytes=settings.max_finished_bytes)
         #: Set when the session should end: ``murmur.StopSession`` or ``after_task: exit``.
         self.stop_requested = asyncio.Event()
         self.stop_reason: str | None = None
@@ -206,21 +218,16 @@ class Door:
 
     async def _file(self, scope: Scope, send: Send, relative: str, caller: Caller) -> None:
         """A regular file under ``out/``: no ``..``, no absolute path, no way out through a
-        symlink. Anything else, and any caller but the operator, is the same 404."""
+        symlink, never a FIFO, socket or device. Anything else, and any caller but the
+        operator, is the same 404. Nothing here waits on the file: it is opened without
+        blocking (:func:`_open_regular`) and read in a worker thread."""
         path = self._out_file(relative) if acts_as_operator(caller) else None
-        if path is None:
+        opened = _open_regular(path) if path is not None else None
+        if path is None or opened is None:
             await _error(send, 404, "not_found", "No such file under the session's out/.")
             return
+        fd, info = opened
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
-            await _error(send, 404, "not_found", "No such file under the session's out/.")
-            return
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                await _error(send, 404, "not_found", "No such file under the session's out/.")
-                return
             media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
             headers: Headers = [
                 (b"content-type", media_type.encode("latin-1")),
@@ -265,6 +272,33 @@ class _DoorApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._door._serve(scope, receive, send)
+
+
+def _open_regular(path: str) -> tuple[int, os.stat_result] | None:
+    """``path`` opened for reading when it is a regular file, else None.
+
+    An agent can leave a FIFO in ``out/``, and a plain ``open`` of a FIFO waits for a
+    writer, freezing the event loop. So: ``lstat`` first (no open at all for anything but
+    a regular file), then an open that cannot wait (``O_NONBLOCK``) or follow a symlink
+    swapped in meanwhile (``O_NOFOLLOW``), then ``fstat`` of what was opened, which must
+    be that same regular file.
+    """
+    try:
+        seen = os.lstat(path)
+        if not stat.S_ISREG(seen.st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (
+            seen.st_dev, seen.st_ino):
+        os.close(fd)
+        return None
+    return fd, info
 
 
 def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | None = None,

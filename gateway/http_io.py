@@ -1,9 +1,14 @@
-"""Small pure-ASGI helpers the door's routes share: read a bounded body, send a response,
-wait for the client to go away."""
+"""Small pure-ASGI helpers the door's routes share, in this order: read a bounded body,
+send a response, wait for the client to go away, read a header, and judge the two request
+headers both DoorAuth and the JSON-RPC endpoint look at (``Content-Type``, the requested
+A2A version)."""
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 from gateway.errors import GatewayError
+from gateway.protocol import A2A_VERSION, VERSION_HEADER
 from gateway.types import Headers, Receive, Scope, Send
 
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
@@ -63,3 +68,60 @@ def header(scope: Scope, name: bytes) -> bytes | None:
         if key == name:
             return bytes(value)
     return None
+
+
+# --- Content-Type --------------------------------------------------------------------
+
+#: The media types a JSON-RPC body may be declared as (any parameters allowed).
+JSON_MEDIA_TYPES = frozenset({"application/json", "application/a2a+json"})
+#: The spellings clients send, found with one set lookup before any parsing.
+_USUAL_JSON_TYPES = frozenset({
+    b"application/json", b"application/json; charset=utf-8", b"application/json;charset=utf-8",
+    b"application/json; charset=UTF-8", b"application/json;charset=UTF-8",
+    b"application/a2a+json",
+})
+
+
+def is_json_content_type(value: bytes | None) -> bool:
+    """Whether a ``Content-Type`` value declares JSON: ``application/json`` or
+    ``application/a2a+json``, in any case, with or without parameters. No value (or a
+    value that is not text) is not JSON: a browser sends a body without one from any page,
+    and the door must never serve such a request."""
+    if value is None:
+        return False
+    if value in _USUAL_JSON_TYPES:
+        return True
+    try:
+        text = value.decode("ascii")
+    except UnicodeDecodeError:
+        return False
+    return text.partition(";")[0].strip().lower() in JSON_MEDIA_TYPES
+
+
+# --- the requested A2A version -------------------------------------------------------
+
+_SERVED_MAJOR_MINOR = tuple(int(part) for part in A2A_VERSION.split("."))
+
+
+def requested_version(scope: Scope, value: bytes | None) -> str:
+    """The A2A version a request asks for: the ``A2A-Version`` header's ``value``, or
+    else the ``A2A-Version`` query parameter (the specification allows both); ``""``
+    when neither is given."""
+    version = value.decode("latin-1").strip() if value is not None else ""
+    if not version and scope.get("query_string"):
+        query = bytes(scope["query_string"]).decode("latin-1")
+        for key, parameter in parse_qsl(query):
+            if key.lower() == VERSION_HEADER:
+                return parameter.strip()
+    return version
+
+
+def serves_version(version: str) -> bool:
+    """Whether ``version`` is the one this door serves: ``1.0`` or ``1.0.<patch>``."""
+    if version == A2A_VERSION:
+        return True
+    parts = version.split(".")
+    if len(parts) not in (2, 3) or not all(part.isdigit() and part.isascii()
+                                           for part in parts):
+        return False
+    return (int(parts[0]), int(parts[1])) == _SERVED_MAJOR_MINOR

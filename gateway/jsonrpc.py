@@ -1,5 +1,12 @@
-"""JSON-RPC 2.0 framing for the door: the one error table, request parsing, response and
-Server-Sent-Events encoding.
+"""JSON-RPC 2.0 framing for the door, in this order: the one error table, request parsing,
+response encoding and Server-Sent-Events framing.
+
+Reading is strict JSON (RFC 8259): ``NaN``, ``Infinity`` and numbers too large for a float
+are ``-32700``, as is a document nested deeper than the parser can follow, so nothing a
+caller sends can come back out as something that is not JSON. Writing never fails on
+what a caller sent: a string holding a lone UTF-16 surrogate (a valid ``\\ud800`` escape
+in the request) is written with JSON escapes instead of raw UTF-8 (see :func:`dumps`),
+and a Server-Sent Event never holds a character a client's line splitter breaks on.
 
 Every error the door answers on its JSON-RPC endpoint comes from :data:`ERROR_TABLE`
 (code, standard message, ``google.rpc.ErrorInfo`` reason and domain), as A2A 1.0 section
@@ -11,6 +18,7 @@ with 401/403.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -151,11 +159,29 @@ class RequestError(GatewayError):
         self.error = error
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("a number too large for a float")
+    return value
+
+
+#: The door's JSON reader: ``json``'s own, minus what RFC 8259 does not allow (``NaN``,
+#: ``Infinity``) and numbers that would overflow to them; an answer that echoes one
+#: would be no JSON at all. ``parse_float`` is called only for numbers with a fraction or
+#: an exponent, which A2A requests rarely hold.
+STRICT_JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
 def parse_body(body: bytes) -> Any:
     """The JSON value of a request body, or ``-32700``."""
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return STRICT_JSON.decode(body.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise RequestError(None, RpcError("PARSE_ERROR", "the body is not valid JSON")) from exc
 
 
@@ -192,11 +218,20 @@ def _valid_id(value: Any) -> bool:
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_dumps_ascii = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
 
 def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON."""
-    return _dumps(value).encode("utf-8")
+    """Compact UTF-8 JSON, whatever strings ``value`` holds.
+
+    A lone surrogate (``"\\ud800"`` in a request parses to one) has no UTF-8 form: then
+    the same value is written with every non-ASCII character as a JSON escape. That is
+    valid JSON, reads back as the same strings, and costs nothing on the common path.
+    """
+    try:
+        return _dumps(value).encode("utf-8")
+    except UnicodeEncodeError:
+        return _dumps_ascii(value).encode("ascii")
 
 
 def encode_result(request_id: RequestId, result: Any) -> bytes:
@@ -216,8 +251,30 @@ SSE_HEADERS: list[tuple[bytes, bytes]] = [
 ]
 
 
+#: A comment line: clients skip it, and it keeps an idle stream from timing out.
+SSE_KEEPALIVE = b": keep-alive\n\n"
+#: Characters JSON writes raw that some SSE clients split lines on (httpx's line
+#: reader, and so a2a-sdk's client, splits like ``str.splitlines``): NEL, LINE SEPARATOR,
+#: PARAGRAPH SEPARATOR, as UTF-8, and their JSON escapes. In UTF-8 JSON text these bytes
+#: occur only inside strings, where the escape means the same character.
+_SSE_LINE_BREAKS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"),
+                    (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+def _sse_safe(payload: bytes) -> bytes:
+    """``payload`` with no character an SSE client could read as a line break (the
+    control characters among them are escaped by JSON already)."""
+    if payload.isascii():
+        return payload
+    for raw, escaped in _SSE_LINE_BREAKS:
+        if raw in payload:
+            payload = payload.replace(raw, escaped)
+    return payload
+
+
 def sse_event(payload: bytes, event: str | None = None) -> bytes:
-    """One SSE event carrying ``payload`` (compact JSON: it holds no raw newline)."""
+    """One SSE event carrying ``payload`` (compact JSON: it holds no raw line break)."""
+    payload = _sse_safe(payload)
     if event is None:
         return b"data: " + payload + b"\n\n"
     return b"event: " + event.encode("ascii") + b"\ndata: " + payload + b"\n\n"

@@ -18,7 +18,10 @@ A member reaches the members it may call at virtual addresses
    address with the follow-up, whoever redirected (see ``docs/proxy.md``, "Redirects").
 
 Requests to any other host pass the same allow-list and never carry a formation token.
-A formation token is never written into a repr, a log line or an exception.
+A formation token is never written into a repr, a log line or an exception, and a
+callee's real door address never into an error a component sees: only the runtime
+holds door URLs, so :class:`DoorAddresses` rewrites each one the proxy has used into the
+callee's virtual address (``FormationTransport.scrub``, also used by call-member).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import httpx
 from gateway.egress import VIRTUAL_DOMAIN as VIRTUAL_DOMAIN
 from gateway.egress import VIRTUAL_SUFFIX as VIRTUAL_SUFFIX
 from gateway.egress import AllowList as AllowList
-from gateway.egress import check_callees
+from gateway.egress import check_callees, virtual_address
 from gateway.egress import default_port as _default_port
 from gateway.egress import egress_reaches_loopback as egress_reaches_loopback
 
@@ -240,6 +243,82 @@ def _without_runtime_headers(request: httpx.Request) -> httpx.Request:
 
 
 # --------------------------------------------------------------------------------------
+# Door addresses in errors
+
+#: How error texts write a loopback door's host besides the door URL's own spelling.
+_LOOPBACK_SPELLINGS: Final = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+class DoorAddresses:
+    """The real door addresses this proxy has used, and their removal from error text.
+
+    Each known door's port, written ``[scheme://]<host>:<port>`` with the door URL's own
+    host or any loopback spelling (``127.0.0.1``, ``localhost``, ``[::1]``), or as the
+    socket address an OSError quotes (``('127.0.0.1', <port>)``, ``('::1', <port>, 0,
+    0)``), becomes the callee's virtual address. Only error paths call :meth:`scrub`;
+    the pattern is rebuilt when a door is added (once per callee).
+    """
+
+    __slots__ = ("_hosts", "_members", "_pattern")
+
+    def __init__(self) -> None:
+        self._members: dict[str, str] = {}          # port (text) -> callee
+        self._hosts: set[str] = set(_LOOPBACK_SPELLINGS)
+        self._pattern: re.Pattern[str] | None = None
+
+    def __repr__(self) -> str:  # never the addresses
+        return f"DoorAddresses({len(self._members)} doors)"
+
+    def add(self, member: str, url: httpx.URL) -> None:
+        port = url.port if url.port is not None else _default_port(url.scheme)
+        if port is None:
+            return
+        self._members[str(port)] = member
+        host = url.host
+        self._hosts.update((host, f"[{host}]") if ":" in host else (host,))
+        self._pattern = None
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every spelling of a known door address as the virtual address."""
+        if not self._members:
+            return text
+        pattern = self._pattern
+        if pattern is None:
+            pattern = self._pattern = self._compile()
+        return pattern.sub(self._virtual, text)
+
+    def _compile(self) -> re.Pattern[str]:
+        # Longest first, so "[::1]" is taken whole before "::1" could match inside it.
+        hosts = sorted(self._hosts, key=len, reverse=True)
+        written = "|".join(re.escape(host) for host in hosts)
+        quoted = "|".join(re.escape(host) for host in hosts if not host.startswith("["))
+        ports = "|".join(sorted(self._members, key=len, reverse=True))
+        return re.compile(
+            rf"(?i:(?:[a-z][a-z0-9+.-]*://)?(?:{written})):(?P<port>{ports})(?![0-9])"
+            rf"|\(\s*'(?i:{quoted})',\s*(?P<quoted>{ports})(?:,\s*[0-9]+)*\s*\)")
+
+    def _virtual(self, match: re.Match[str]) -> str:
+        port = match["port"]
+        if port is not None:
+            return virtual_address(self._members[port])
+        return f"({virtual_address(self._members[match['quoted']])})"
+
+
+def _scrubbed_failure(exc: Exception, request: httpx.Request,
+                      scrub: Callable[[str], str]) -> httpx.TransportError:
+    """What a component sees of ``exc``, raised below the proxy on a call to a member:
+    the same httpx class (anything else: ``httpx.TransportError`` naming its class) with
+    the text scrubbed, against the component's own request, and with no chain back."""
+    text = scrub(str(exc))
+    if isinstance(exc, httpx.TransportError):
+        try:
+            return type(exc)(text, request=request)
+        except TypeError:       # a subclass with a constructor of its own
+            pass
+    return httpx.TransportError(f"{type(exc).__name__}: {text}", request=request)
+
+
+# --------------------------------------------------------------------------------------
 # The transport
 
 
@@ -271,8 +350,8 @@ _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 class _Shared:
     """What every view of one member's proxy shares: pool, credentials, grant."""
 
-    __slots__ = ("allow", "authorizations", "door_wait", "doors", "inner", "known",
-                 "on_call", "tokens", "virtual_hosts")
+    __slots__ = ("addresses", "allow", "authorizations", "door_wait", "doors", "inner",
+                 "known", "on_call", "tokens", "virtual_hosts")
 
     def __init__(self, inner: httpx.AsyncBaseTransport, doors: DoorDirectory,
                  allow: AllowList, on_call: CallHook | None, door_wait: float,
@@ -287,9 +366,16 @@ class _Shared:
                                for name, token in self.tokens.items()}
         self.virtual_hosts = {name + VIRTUAL_SUFFIX: name for name in self.tokens}
         self.known: dict[str, _Door] = {}
+        self.addresses = DoorAddresses()
 
     def __repr__(self) -> str:  # never the tokens
         return "_Shared(...)"
+
+    def scrub(self, text: str) -> str:
+        """``text`` without any formation token or known door address."""
+        for token in self.tokens.values():
+            text = text.replace(token, "[token]")
+        return self.addresses.scrub(text)
 
 
 class FormationTransport(httpx.AsyncBaseTransport):
@@ -322,8 +408,19 @@ class FormationTransport(httpx.AsyncBaseTransport):
         """The members this one may call (the names, never the tokens)."""
         return frozenset(self._shared.tokens)
 
+    @property
+    def allow(self) -> AllowList:
+        """The egress allow-list this proxy checks (the forward proxy's CONNECT uses it,
+        so a tunnel and a request obey one grant)."""
+        return self._shared.allow
+
     def __repr__(self) -> str:
         return f"FormationTransport(callees={sorted(self._shared.tokens)!r})"
+
+    def scrub(self, text: str) -> str:
+        """``text`` fit for a component: every formation token as ``[token]`` and every
+        door address this proxy has used as its callee's virtual address."""
+        return self._shared.scrub(text)
 
     def with_trust(self, trust: str | None) -> FormationTransport:
         """A view for one task: the same pool and credentials, a fixed trust class.
@@ -391,7 +488,6 @@ class FormationTransport(httpx.AsyncBaseTransport):
                 f"refused: capabilities.network.allow does not reach member {callee!r}'s "
                 "door, which listens on loopback; add `localhost` to the grant",
                 request=request)
-        token = shared.tokens[callee]
         authorization = shared.authorizations[callee]
         try:
             body = request.content              # built from bytes: read already
@@ -415,14 +511,18 @@ class FormationTransport(httpx.AsyncBaseTransport):
         failure: httpx.TransportError | None = None
         try:
             response = await shared.inner.handle_async_request(outgoing)
-        except httpx.TransportError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever failed below, its text is scrubbed
             # Against the component's own request, never the one holding the token, with
-            # the token scrubbed from the text, and no chain back to the original.
-            failure = type(exc)(str(exc).replace(token, "[token]"), request=request)
+            # the token and the door's address scrubbed, and no chain back (raised below,
+            # outside the except, so not even as __context__).
+            failure = _scrubbed_failure(exc, request, shared.scrub)
         if failure is not None:
             raise failure
         response.request = request
-        response.stream = _SanitizedStream(response.stream, request, token)
+        response.stream = _SanitizedStream(response.stream, request, shared.scrub)
+        if "network_stream" in response.extensions:     # httpx's: its socket names the door
+            response.extensions = {key: value for key, value in response.extensions.items()
+                                   if key != "network_stream"}
         _mark_redirect(request, response)
         return response
 
@@ -445,6 +545,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
             door = _Door(url=url, host=url.netloc,
                          prefix=url.raw_path.split(b"?")[0].rstrip(b"/"),
                          allowed=shared.allow.allows(url), urls={})
+            shared.addresses.add(callee, url)
             shared.known[callee] = door
         return door
 
@@ -469,22 +570,23 @@ def _mark_redirect(request: httpx.Request, response: httpx.Response) -> None:
 
 class _SanitizedStream(httpx.AsyncByteStream):
     """A member's response body: a failure while reading it is re-raised against the
-    component's own request with the token scrubbed, as for a failure to send."""
+    component's own request with the token and door address scrubbed, as for a failure
+    to send."""
 
     def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream,
-                 request: httpx.Request, token: str) -> None:
+                 request: httpx.Request, scrub: Callable[[str], str]) -> None:
         assert isinstance(inner, httpx.AsyncByteStream)
         self._inner = inner
         self._request = request
-        self._token = token
+        self._scrub = scrub
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         failure: httpx.TransportError | None = None
         try:
             async for chunk in self._inner:
                 yield chunk
-        except httpx.TransportError as exc:
-            failure = type(exc)(str(exc).replace(self._token, "[token]"), request=self._request)
+        except Exception as exc:  # noqa: BLE001 - whatever failed below, its text is scrubbed
+            failure = _scrubbed_failure(exc, self._request, self._scrub)
         if failure is not None:
             raise failure
 

@@ -1,9 +1,14 @@
 """The door's JSON-RPC endpoint: A2A 1.0 methods plus ``murmur.WatchSession`` and
 ``murmur.StopSession``, dispatched to the task store.
 
-Pure ASGI: the body is read once (or taken already parsed from the auth middleware's
-``RPC_SCOPE_KEY``), answered with one ``json.dumps``; streams are Server-Sent Events that
-end when the task does, or when the client goes away.
+Pure ASGI. A request is judged in this order, the first failure answering (docs/door.md,
+"Protocol"): the ``Content-Type`` (``-32005`` unless JSON, before the body is read), the
+body (read once, or taken already parsed from the auth middleware's ``RPC_SCOPE_KEY``;
+``-32700``), the JSON-RPC envelope (``-32600``), the A2A version (``-32009``, before the
+method name is looked up), the method (``-32601``), then the method's own parameters
+(``-32602``). A unary answer is one ``dumps``; streams are Server-Sent Events that end
+when the task does, or when the client goes away, and that are never silent for
+``keepalive`` seconds (an SSE comment fills the gap: one timer serves every stream).
 """
 
 from __future__ import annotations
@@ -13,11 +18,11 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ValidationError
 
 from gateway.a2a import (
+    IDENTIFIER_LIMIT,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -25,9 +30,19 @@ from gateway.a2a import (
     SubscribeToTaskRequest,
 )
 from gateway.caller import RPC_SCOPE_KEY, Caller, caller_of
-from gateway.http_io import BodyTooLarge, header, read_body, send_json, wait_disconnect
+from gateway.http_io import (
+    JSON_MEDIA_TYPES,
+    BodyTooLarge,
+    is_json_content_type,
+    read_body,
+    requested_version,
+    send_json,
+    serves_version,
+    wait_disconnect,
+)
 from gateway.jsonrpc import (
     SSE_HEADERS,
+    SSE_KEEPALIVE,
     RequestError,
     RequestId,
     RpcError,
@@ -46,7 +61,6 @@ from gateway.types import Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
 
-SUPPORTED_VERSION = tuple(int(part) for part in A2A_VERSION.split("."))
 _VERSION_HEADER_BYTES = VERSION_HEADER.encode("ascii")
 #: What a request without ``A2A-Version`` means (A2A 1.0 section 3.6.2).
 VERSION_WHEN_ABSENT = "0.3"
@@ -56,6 +70,10 @@ PUSH_METHODS = frozenset({
 })
 
 _GET_TASK_KEYS = frozenset({"id", "historyLength", "tenant"})
+#: The longest a stream stays silent (seconds) before it sends an SSE comment: half the
+#: 5 s read timeout of a2a-sdk's default client (httpx's default), a quarter of the 10 s
+#: the issue allows. Silent streams get a comment every 1.25 to 2.5 s.
+SSE_KEEPALIVE_SECONDS = 2.5
 
 Unary = Callable[[dict[str, Any], Caller], Awaitable[Any]]
 Streaming = Callable[[dict[str, Any], Caller], Awaitable[AsyncIterator[Any]]]
@@ -72,14 +90,22 @@ def _validate(model: type[M], params: dict[str, Any]) -> M:
 
 
 class RpcEndpoint:
-    """``POST /``: one JSON-RPC request per HTTP request."""
+    """``POST /``: one JSON-RPC request per HTTP request. ``keepalive``: the longest a
+    stream stays silent, in seconds, before a comment (default
+    :data:`SSE_KEEPALIVE_SECONDS`)."""
 
     def __init__(self, store: TaskStore, trace: TraceBus, *, max_body: int,
-                 stop: Callable[[str], None]) -> None:
+                 stop: Callable[[str], None], keepalive: float | None = None) -> None:
+        # Read when the endpoint is built, so the module default is the one place to
+        # change it (a test sets it small).
+        keepalive = SSE_KEEPALIVE_SECONDS if keepalive is None else keepalive
+        if not keepalive > 0:
+            raise ValueError(f"keepalive must be a positive number of seconds, got {keepalive!r}")
         self._store = store
         self._trace = trace
         self._max_body = max_body
         self._stop = stop
+        self._keepalive = _KeepAlive(keepalive)
         self._unary: dict[str, Unary] = {
             "SendMessage": self.send_message,
             "GetTask": self.get_task,
@@ -97,20 +123,23 @@ class RpcEndpoint:
         request_id: RequestId = None
         status = 200
         try:
+            content_type, version = _rpc_headers(scope)
+            if not is_json_content_type(content_type):
+                raise _content_type_not_supported()
             value = scope.get(RPC_SCOPE_KEY)
             if value is None:
                 value = parse_body(await read_body(receive, self._max_body))
             request = parse_request(value)
             request_id = request.id
+            _check_version(scope, version)  # before the name: 0.3 names are not ours
             unary = self._unary.get(request.method)
             streaming = None if unary is not None else self._streaming.get(request.method)
             if unary is None and streaming is None:
                 raise _unknown_method(request.method)
-            _check_version(scope)
             caller = caller_of(scope)
             if streaming is not None:
                 events = await streaming(request.params, caller)
-                await _stream(receive, send, request_id, events)
+                await _stream(receive, send, request_id, events, self._keepalive)
                 return
             assert unary is not None
             answer = encode_result(request_id, await unary(request.params, caller))
@@ -123,7 +152,7 @@ class RpcEndpoint:
         except RpcError as exc:
             answer = encode_error(request_id, exc)
         except Exception:  # no traceback ever reaches a caller
-            log.exception("JSON-RPC request %r failed", request_id)
+            log.exception("JSON-RPC request %s failed", _loggable_id(request_id))
             answer = encode_error(request_id, RpcError("INTERNAL_ERROR"))
         await send_json(send, status, answer)
 
@@ -165,7 +194,7 @@ class RpcEndpoint:
         # the model's validation (and its error that names the field).
         task_id = params.get("id")
         history = params.get("historyLength")
-        if not (type(task_id) is str and task_id
+        if not (type(task_id) is str and task_id and len(task_id) <= IDENTIFIER_LIMIT
                 and (history is None or (type(history) is int and history >= 0))
                 and params.keys() <= _GET_TASK_KEYS):
             request = _validate(GetTaskRequest, params)
@@ -278,16 +307,33 @@ def _unknown_method(method: str) -> RpcError:
     return RpcError("METHOD_NOT_FOUND", f"no method {method[:64]!r} here")
 
 
-def _check_version(scope: Scope) -> None:
+def _rpc_headers(scope: Scope) -> tuple[bytes | None, bytes | None]:
+    """The ``Content-Type`` (``None`` when absent or given twice) and the first
+    ``A2A-Version`` header of a request, in one pass over its headers."""
+    content_type: bytes | None = None
+    types = 0
+    version: bytes | None = None
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            content_type = value
+            types += 1
+        elif name == _VERSION_HEADER_BYTES and version is None:
+            version = value
+    return (content_type if types == 1 else None), version
+
+
+def _content_type_not_supported() -> RpcError:
+    return RpcError(
+        "CONTENT_TYPE_NOT_SUPPORTED",
+        "send the JSON-RPC body with Content-Type: application/json",
+        metadata={"supportedContentTypes": ", ".join(sorted(JSON_MEDIA_TYPES))})
+
+
+def _check_version(scope: Scope, header_value: bytes | None) -> None:
     """A2A-Version from the header (or the query parameter the spec also allows)."""
-    raw = header(scope, _VERSION_HEADER_BYTES)
-    version = raw.decode("latin-1").strip() if raw is not None else ""
-    if not version and scope.get("query_string"):
-        query = bytes(scope["query_string"]).decode("latin-1")
-        for key, value in parse_qsl(query):
-            if key.lower() == VERSION_HEADER:
-                version = value.strip()
-                break
+    version = requested_version(scope, header_value)
+    if serves_version(version):
+        return
     if not version:
         raise RpcError(
             "VERSION_NOT_SUPPORTED",
@@ -295,50 +341,137 @@ def _check_version(scope: Scope) -> None:
             f"send the header A2A-Version: {A2A_VERSION}",
             metadata={"requestedVersion": VERSION_WHEN_ABSENT,
                       "supportedVersions": A2A_VERSION})
-    parts = version.split(".")
-    try:
-        major_minor = (int(parts[0]), int(parts[1])) if len(parts) in (2, 3) else None
-        if len(parts) == 3:
-            int(parts[2])
-    except ValueError:
-        major_minor = None
-    if major_minor != SUPPORTED_VERSION:
-        raise RpcError(
-            "VERSION_NOT_SUPPORTED",
-            f"A2A-Version {version[:16]!r} is not served here; "
-            f"send A2A-Version: {A2A_VERSION}",
-            metadata={"requestedVersion": version[:16], "supportedVersions": A2A_VERSION})
+    raise RpcError(
+        "VERSION_NOT_SUPPORTED",
+        f"A2A-Version {version[:16]!r} is not served here; "
+        f"send A2A-Version: {A2A_VERSION}",
+        metadata={"requestedVersion": version[:16], "supportedVersions": A2A_VERSION})
+
+
+def _loggable_id(request_id: RequestId) -> str:
+    """A request id fit for a log line: a client may choose one of any length."""
+    if isinstance(request_id, str):
+        return repr(request_id[:64]) + ("..." if len(request_id) > 64 else "")
+    return str(request_id)
+
+
+class _SseWriter:
+    """The one writer of a stream's body. A keep-alive comment is sent by a task of its
+    own (:meth:`beat`) and never overlaps an event: an event waits for a comment in
+    flight, and no comment starts while an event is being written."""
+
+    __slots__ = ("_send", "_loop", "_writing", "_beat", "last")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._loop = asyncio.get_running_loop()
+        self._writing = False
+        self._beat: asyncio.Task[None] | None = None
+        self.last = self._loop.time()
+
+    async def write(self, body: bytes) -> None:
+        beat = self._beat
+        if beat is not None and not beat.done():
+            with contextlib.suppress(Exception):  # a failed comment: the client left
+                await beat
+        self._writing = True
+        try:
+            await self._send({"type": "http.response.body", "body": body, "more_body": True})
+        finally:
+            self._writing = False
+        self.last = self._loop.time()
+
+    def beat(self) -> None:
+        """Send a comment now, unless something is being written anyway."""
+        if self._writing or (self._beat is not None and not self._beat.done()):
+            return
+        self._beat = self._loop.create_task(self._comment())
+        # A failed comment means the client left; the disconnect watcher ends the stream.
+        self._beat.add_done_callback(_ignore_outcome)
+
+    async def _comment(self) -> None:
+        await self._send({"type": "http.response.body", "body": SSE_KEEPALIVE,
+                          "more_body": True})
+        self.last = self._loop.time()
+
+    async def close(self) -> None:
+        """No more comments: one in flight is cancelled and awaited."""
+        beat = self._beat
+        if beat is not None and not beat.done():
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await beat
+
+
+def _ignore_outcome(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not log it as never retrieved
+
+
+class _KeepAlive:
+    """One timer for every open stream of an endpoint: every ``interval / 2`` seconds,
+    each stream silent for that long gets a comment, so none stays silent for
+    ``interval``. Measured: a timer (or a task) per stream added 7-20% to a short
+    SendStreamingMessage; a shared one costs a set insertion."""
+
+    def __init__(self, interval: float) -> None:
+        self._step = interval / 2
+        self._writers: set[_SseWriter] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, writer: _SseWriter) -> None:
+        self._writers.add(writer)
+        loop = asyncio.get_running_loop()
+        if self._timer is None or self._loop is not loop:  # none yet, or a loop now gone
+            self._loop = loop
+            self._timer = loop.call_later(self._step, self._tick)
+
+    def discard(self, writer: _SseWriter) -> None:
+        self._writers.discard(writer)  # the timer stops itself once no stream is left
+
+    def _tick(self) -> None:
+        assert self._loop is not None
+        if not self._writers:
+            self._timer = None
+            return
+        silent_since = self._loop.time() - self._step
+        for writer in list(self._writers):
+            if writer.last <= silent_since:
+                writer.beat()
+        self._timer = self._loop.call_later(self._step, self._tick)
 
 
 async def _stream(receive: Receive, send: Send, request_id: RequestId,
-                  events: AsyncIterator[Any]) -> None:
-    """Send ``events`` as SSE until they end or the client goes away."""
+                  events: AsyncIterator[Any], keepalive: _KeepAlive) -> None:
+    """Send ``events`` as SSE until they end or the client goes away; a comment keeps an
+    idle stream alive (clients time out on silence)."""
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+    writer = _SseWriter(send)
+    keepalive.add(writer)
 
     async def pump() -> None:
         try:
             async for result in events:
-                await send({"type": "http.response.body", "body": sse_result(request_id, result),
-                            "more_body": True})
+                await writer.write(sse_result(request_id, result))
                 # Let the disconnect watcher run between events: a replayed backlog would
                 # otherwise keep writing to a socket the client has closed.
                 await asyncio.sleep(0)
                 if watching.done():
                     return
         except RpcError as exc:
-            await send({"type": "http.response.body", "body": sse_error(request_id, exc),
-                        "more_body": True})
+            await writer.write(sse_error(request_id, exc))
         except Exception:
-            log.exception("stream %r failed", request_id)
-            await send({"type": "http.response.body",
-                        "body": sse_error(request_id, RpcError("INTERNAL_ERROR")),
-                        "more_body": True})
+            log.exception("stream %s failed", _loggable_id(request_id))
+            await writer.write(sse_error(request_id, RpcError("INTERNAL_ERROR")))
 
     pumping = asyncio.ensure_future(pump())
     watching = asyncio.ensure_future(wait_disconnect(receive))
     try:
         done, _ = await asyncio.wait({pumping, watching}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        keepalive.discard(writer)
+        await writer.close()
         for task in (pumping, watching):
             task.cancel()
         for task in (pumping, watching):

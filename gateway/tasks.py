@@ -1,7 +1,8 @@
 """The door's tasks: a store with per-caller visibility, the lifecycle gate, the executor.
 
 * **Visibility.** Every task is owned by the credential that started it
-  (``caller.credential.name``). A caller reaches only its own tasks; the operator reaches
+  (``caller.credential.owner``: its name, and for a JWT the issuer's name and the
+  token's ``sub``). A caller reaches only its own tasks; the operator reaches
   all. Anything else is the one ``-32001 Task not found`` an unknown id also gets.
 * **The gate.** ``concurrency`` tasks run at once and up to ``queue_depth`` more wait in
   order; a new task beyond that is refused with ``-32050`` before anything is created.
@@ -11,6 +12,12 @@
   :class:`TaskRun`, the handle through which the agent reports status, artifacts, asks for
   input, rejects or replies. Its return value completes the task with one text artifact;
   an exception fails it with its message; CancelTask cancels its coroutine.
+* **Retention.** Ended tasks are kept for GetTask and ListTasks within two bounds, a
+  count (``max_finished``) and a byte budget (``max_finished_bytes``); past either the
+  oldest ended task is forgotten first, and answers ``-32001`` like an unknown id. A
+  queued or running task is never forgotten. A task's bytes are estimated once per
+  change (its first message, each status message, each artifact chunk), never by
+  encoding the whole task again.
 
 Wire objects are kept as plain camelCase dicts, replaced rather than mutated once
 published (copy-on-write), so a queued stream event never changes under its reader.
@@ -22,6 +29,7 @@ import asyncio
 import base64
 import logging
 import os
+import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -44,6 +52,15 @@ TaskListener = Callable[[dict[str, Any]], None]
 
 DEFAULT_PAGE_SIZE = 50
 RESULT_ARTIFACT_NAME = "result"
+#: Ended tasks kept, at most, and the bytes they may hold together (docs/door.md, "Tasks").
+DEFAULT_MAX_FINISHED = 10_000
+DEFAULT_MAX_FINISHED_BYTES = 64 * 1024 * 1024
+#: What a task weighs before its messages and artifacts: the record, its status dicts.
+_RECORD_WEIGHT = 1024
+#: json_weight's costs: a dict, each of its entries (key, slot, a short string's header),
+#: a list and each of its items; past _LONG_TEXT characters a string is measured.
+_DICT_WEIGHT, _ENTRY_WEIGHT, _LIST_WEIGHT, _ITEM_WEIGHT = 64, 80, 56, 8
+_LONG_TEXT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +121,14 @@ class TaskRecord:
     __slots__ = (
         "id", "context_id", "owner", "caller", "state", "status", "artifacts", "history",
         "metadata", "updated_ns", "subscribers", "waiters", "runner", "input_waiter",
-        "revealed", "reply", "first_message",
+        "revealed", "reply", "first_message", "size",
     )
 
     def __init__(self, message: dict[str, Any], caller: Caller,
                  metadata: dict[str, Any] | None) -> None:
         self.id = new_id()
         self.context_id: str = message.get("contextId") or new_id()
-        self.owner = caller.credential.name
+        self.owner = caller.credential.owner
         self.caller = caller
         self.first_message = {**message, "taskId": self.id, "contextId": self.context_id}
         self.history: list[dict[str, Any]] = [self.first_message]
@@ -128,6 +145,10 @@ class TaskRecord:
         #: SendMessage with a Message alone (task.reply) and leave no task behind.
         self.revealed = False
         self.reply: dict[str, Any] | None = None
+        #: Estimated bytes held (``json_weight``), grown as messages and artifacts arrive.
+        self.size = _RECORD_WEIGHT + json_weight(self.first_message)
+        if metadata:
+            self.size += json_weight(metadata)
 
     @property
     def terminal(self) -> bool:
@@ -153,13 +174,17 @@ class TaskStore:
     """Every task of one door, the gate in front of them and the executor behind them."""
 
     def __init__(self, agent: AgentFn, gate: GateConfig, trace: TraceBus, *,
-                 max_finished: int = 10_000) -> None:
+                 max_finished: int = DEFAULT_MAX_FINISHED,
+                 max_finished_bytes: int = DEFAULT_MAX_FINISHED_BYTES) -> None:
         self._agent = agent
         self.gate = gate
         self._trace = trace
         self._tasks: dict[str, TaskRecord] = {}
-        self._finished: OrderedDict[str, None] = OrderedDict()
+        #: Ended tasks still kept, oldest first, with the bytes each was counted at.
+        self._finished: OrderedDict[str, int] = OrderedDict()
+        self._finished_bytes = 0
         self._max_finished = max_finished
+        self._max_finished_bytes = max_finished_bytes
         self._running: set[TaskRecord] = set()
         self._queue: deque[TaskRecord] = deque()
         self._accepted = 0
@@ -195,6 +220,11 @@ class TaskStore:
     @property
     def held(self) -> int:
         return len(self._running) + len(self._queue)
+
+    @property
+    def finished_bytes(self) -> int:
+        """The estimated bytes of the ended tasks still kept."""
+        return self._finished_bytes
 
     def visible(self, task_id: Any, caller: Caller) -> TaskRecord:
         """The task ``task_id`` if ``caller`` may reach it, else the one -32001."""
@@ -287,6 +317,7 @@ class TaskStore:
                            f"the task is {record.state}, not waiting for input")
         message = {**message, "taskId": record.id, "contextId": record.context_id}
         record.history = [*record.history, message]
+        record.size += json_weight(message)
         record.input_waiter = None
         self._set_state(record, TaskState.WORKING)
         waiter.set_result(message)
@@ -417,6 +448,7 @@ class TaskStore:
         if message is not None:
             status["message"] = message
             record.history = [*record.history, message]
+            record.size += json_weight(message)
         status["timestamp"] = utc_timestamp()
         record.state = state
         record.status = status
@@ -456,9 +488,16 @@ class TaskStore:
             # Answered with a Message alone: the task is not kept.
             self._tasks.pop(record.id, None)
             return
-        self._finished[record.id] = None
-        while len(self._finished) > self._max_finished:
-            oldest, _ = self._finished.popitem(last=False)
+        if record.id in self._finished:
+            return
+        self._finished[record.id] = record.size
+        self._finished_bytes += record.size
+        # The task that just ended stays even when it alone is over the budget: its
+        # caller may still GetTask it once; the next task to end pushes it out.
+        while len(self._finished) > 1 and (len(self._finished) > self._max_finished
+                                           or self._finished_bytes > self._max_finished_bytes):
+            oldest, weight = self._finished.popitem(last=False)
+            self._finished_bytes -= weight
             self._tasks.pop(oldest, None)
 
     def _publish(self, record: TaskRecord, event: StreamEvent) -> None:
@@ -485,9 +524,12 @@ class TaskStore:
         artifacts = list(record.artifacts)
         if index is None:
             artifacts.append(chunk)
+            record.size += json_weight(chunk)
         elif append:
             artifacts[index] = {**artifacts[index], "parts": [*artifacts[index]["parts"], *parts]}
+            record.size += json_weight(parts)
         else:
+            record.size += json_weight(chunk) - json_weight(artifacts[index])
             artifacts[index] = chunk
         record.artifacts = artifacts
         event: dict[str, Any] = {"taskId": record.id, "contextId": record.context_id,
@@ -603,6 +645,34 @@ class TaskRun:
         self._store._reply(record, text)
 
 
+def json_weight(value: Any) -> int:
+    """About how many bytes a JSON-shaped value holds in memory, cheaply: a fixed cost per
+    container and entry, plus each string's length (its real size once it is long, so
+    that wide characters count fully). It errs high for small values, and is walked with
+    a stack, not recursion, so a deeply nested value cannot overflow it."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            total += _DICT_WEIGHT + _ENTRY_WEIGHT * len(item)
+            for entry in item.values():
+                if type(entry) is str:  # the common leaf, counted without a push
+                    total += len(entry) if len(entry) < _LONG_TEXT else sys.getsizeof(entry)
+                else:
+                    stack.append(entry)
+        elif kind is list or kind is tuple:
+            total += _LIST_WEIGHT + _ITEM_WEIGHT * len(item)
+            stack.extend(item)
+        elif kind is str:
+            total += _ENTRY_WEIGHT + (len(item) if len(item) < _LONG_TEXT
+                                      else sys.getsizeof(item))
+        else:
+            total += sys.getsizeof(item)
+    return total
+
+
 def acts_as_operator(caller: Caller) -> bool:
     """The session's operator; at a public door (nothing authenticated, every caller is
     ``public``) every caller is, as nobody can be told apart from the operator there."""
@@ -610,7 +680,7 @@ def acts_as_operator(caller: Caller) -> bool:
 
 
 def _may_see(caller: Caller, record: TaskRecord) -> bool:
-    return acts_as_operator(caller) or caller.credential.name == record.owner
+    return acts_as_operator(caller) or caller.credential.owner == record.owner
 
 
 def _encode_cursor(updated_ns: int, task_id: str) -> str:

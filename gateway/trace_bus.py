@@ -5,24 +5,68 @@ it to every sink (the launcher adds the ``trace.jsonl`` writer) and to every sub
 (``murmur.WatchSession`` streams them). A sink that fails is logged and kept; a record is
 never lost for the others. The bus keeps the last ``backlog`` records so a watcher that
 connects late first sees what came before.
+
+Every field is bounded on its way in, whoever passes it (fields copy what callers chose,
+such as a ``contextId``): a string is redacted and cut past :data:`TRACE_STRING_LIMIT`
+characters with a marker, a list or mapping whose JSON passes :data:`TRACE_VALUE_LIMIT`
+characters is replaced by its JSON text, cut the same way, and any other object but a
+number, a boolean or ``None`` becomes its ``str``. So no record carries more than a few
+KiB per field (the fields are named by code), and every record is JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from gateway.redaction import redact
+from gateway.redaction import redact, redact_value
 
 TraceRecord = dict[str, Any]
 TraceSink = Callable[[TraceRecord], None]
 
 log = logging.getLogger("murmur.trace")
 
+#: The longest string a trace record keeps (characters). Longer than any path a record
+#: names (Linux paths are at most 4,096 bytes, and the session's folders are far
+#: shorter) or any identifier the wire accepts (256): only a flood is ever cut.
+TRACE_STRING_LIMIT = 4096
+#: The longest JSON text of a list or mapping field (characters), the same way.
+TRACE_VALUE_LIMIT = 16384
+#: What replaces the end of a cut string; ``{length}`` is its length before the cut.
+TRACE_CUT_MARKER = "...[cut: {length} characters in all]"
+#: Redaction runs on this much more than is kept, so a token that straddles the cut is
+#: still recognised (every shape of gateway/redaction.py is recognised from its first 30
+#: characters or so, white space aside).
+_REDACT_MARGIN = 64
+
+
+def bounded_text(text: str, limit: int = TRACE_STRING_LIMIT) -> str:
+    """``text`` redacted, and cut to ``limit`` characters plus the marker when longer."""
+    if len(text) <= limit:
+        return redact(text)
+    head = redact(text[: limit + _REDACT_MARGIN])[:limit]
+    return head + TRACE_CUT_MARKER.format(length=len(text))
+
+
+def bounded_value(value: Any) -> Any:
+    """A trace field's value, bounded (see the module text). Numbers, booleans and
+    ``None`` are kept; any other object becomes its ``str``, as the trace file writes
+    it, so every record is JSON that ``murmur.WatchSession`` can send."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, dict | list | tuple):
+        try:
+            value = redact_value(value)
+            text = json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str)
+        except (TypeError, ValueError, RecursionError):  # keys JSON cannot name, cycles
+            return f"[not written: a {type(value).__name__} JSON cannot hold]"
+        return bounded_text(text, TRACE_VALUE_LIMIT) if len(text) > TRACE_VALUE_LIMIT else value
+    return bounded_text(value if isinstance(value, str) else str(value))
 
 
 _second_cache: list[Any] = [-1, ""]
@@ -93,8 +137,12 @@ class TraceBus:
         for key, value in fields.items():
             # Belt and braces: the door never passes a token to emit(), and a string
             # that holds one (a formation token, an Authorization value) is still
-            # never written.
-            record[key] = redact(value) if isinstance(value, str) else value
+            # never written. Bounded here, once, for every record: fields copy what
+            # callers chose, and a record must never fill the disk.
+            if isinstance(value, str) and len(value) <= TRACE_STRING_LIMIT:
+                record[key] = redact(value)  # the common case, kept cheap
+            else:
+                record[key] = bounded_value(value)
         self._backlog.append(record)
         for sink in self._sinks:
             try:

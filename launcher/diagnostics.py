@@ -262,8 +262,10 @@ TABLE: tuple[CodeEntry, ...] = (
         "{fix}",
         "Any key `murmur.yaml` does not list, at any level, is refused and named by its "
         "dotted path (such as `lifecycle.concurency`); so is a missing required key, a value "
-        "of the wrong type or out of range, an agent with both or neither of `python` and "
-        "`command`, a duration that is not a whole number followed by `s`, `m`, `h`, `d` or "
+        "of the wrong type or out of range, an agent with other than exactly one of "
+        "`python`, `command` and `a2a`, an `agent.a2a` with other than exactly one of "
+        "`command` and `url` or a header that uses a `${VAR}` `capabilities.env.allow` does "
+        "not name, a duration that is not a whole number followed by `s`, `m`, `h`, `d` or "
         "`w`, and `network.authentication:` written with no value.",
     ),
     CodeEntry(
@@ -347,7 +349,8 @@ TABLE: tuple[CodeEntry, ...] = (
         "{capsule} {version} cannot be run: {problem}",
         "correct the capsule's murmur.yaml or agent, pack and install it again",
         "The capsule's python agent does not import or is not an async callable, its "
-        "command is not found, or a `capabilities.network.allow` entry is not a host.",
+        "command is not found, a `capabilities.network.allow` entry is not a host, or the "
+        "capsule is a gateway member (`agent.a2a`), which this runtime does not serve yet.",
         "murmur-door",
     ),
     CodeEntry(
@@ -355,9 +358,9 @@ TABLE: tuple[CodeEntry, ...] = (
         "The session cannot be staged, served or resumed",
         "the session cannot be {action}: {problem}",
         "{fix}",
-        "The records directory or operator token cannot be written, the door cannot be "
-        "bound on loopback, or `--resume` names a session that does not exist here, still "
-        "runs, or ran another capsule or version.",
+        "The door cannot be bound on loopback or does not answer, the current directory is "
+        "gone, or `--resume` names a session that does not exist here, still runs, or ran "
+        "another capsule or version. A file the session cannot write is `E-RUN-048`.",
         "murmur-door",
     ),
     CodeEntry(
@@ -401,6 +404,24 @@ TABLE: tuple[CodeEntry, ...] = (
         "A member runs exactly the bytes admission bound it to (`--capsule-sha256`). A "
         "member whose installed artifact changed since admission refuses to start.",
         "reference",
+    ),
+    CodeEntry(
+        "E-RUN-048", "error",
+        "A file of the session cannot be written (the disk may be full)",
+        "{what} cannot be written to {file}: {problem}",
+        "{fix}",
+        "A member could not write one of its session's files: the records directory, "
+        "`operator.token`, the running record, `trace.jsonl`, the unpacked capsule, or "
+        "`out/result.txt`. A full disk or an exceeded quota is said as such (`no space left "
+        "on the device (disk full)`); any other error is named. Nothing half-written is left: "
+        "a replaced file is written to a temporary file beside it and renamed, and the "
+        "temporary file is removed on failure. When `out/result.txt` cannot be written the "
+        "previous `result.txt` is removed too, so it never passes for the new task's answer. "
+        "Before the door is ready this ends the session `failed`; after, the session keeps "
+        "serving and prints the code once per file until a write of it succeeds again, and "
+        "a `--task` session whose final result cannot be written exits 1 with this code "
+        "(its answer is still printed on stdout).",
+        "murmur-door",
     ),
     CodeEntry(
         "E-RUN-053", "error",

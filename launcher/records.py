@@ -13,11 +13,19 @@ Layout (docs/runtime-files.md, "Paths" and "Formation directories")::
 ``<workdir>`` is the work folder's absolute path (symlinks resolved) without its leading
 ``/``. A peer's work folder is under ``formations/``, so its records are under
 ``records/<MURMUR_HOME>/formations/<formation-id>/<member>/<session-id>/``.
+
+Writing (docs/runtime-files.md, "Writing files"): a file that is replaced is written
+whole or not at all (:func:`write_atomic`: a temporary file beside it, then a rename); a
+file that is created once is removed again when its write fails. Either way a failure
+leaves no debris, and the OSError raised names the file (a failed ``os.write`` names
+none); :func:`write_problem` says in words what went wrong ("no space left on the
+device (disk full)").
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -148,19 +156,12 @@ def stage_session(
 def write_operator_token(path: str | os.PathLike[str], token: str, *,
                          replace: bool = False) -> None:
     """Write the session's operator token: a new file at mode 0600, never through a
-    symlink. ``replace=True`` (a resumed session) removes an existing file first."""
+    symlink. ``replace=True`` (a resumed session) removes an existing file first. A
+    write that fails removes the file (no part of a token is left behind)."""
     if replace:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask left
-        data = token.encode("utf-8")
-        while data:
-            data = data[os.write(fd, data):]
-    finally:
-        os.close(fd)
+    _write_new(Path(path), token.encode("utf-8"))
 
 
 def read_operator_token(path: str | os.PathLike[str]) -> str:
@@ -168,6 +169,69 @@ def read_operator_token(path: str | os.PathLike[str]) -> str:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as handle:
         return handle.read(4096).decode("utf-8").strip()
+
+
+# --------------------------------------------------------------------------- writing
+
+#: The errors that mean the disk (or this user's share of it) is full.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` whole or not at all: written to a temporary file in
+    the same folder (never through a symlink), then renamed over ``path``. Not fsynced: a
+    crash of the machine may lose the newest write, never leave half of it. On any
+    failure the temporary file is removed and the OSError names ``path``."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(temp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, mode)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise _naming(exc, path) from None
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (it must not exist, never through a symlink) at mode 0600 and
+    write ``data``; a failed write removes the file again."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask left
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise _naming(exc, path) from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` again, naming ``path`` (the file the caller meant, not its temporary)."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
+def write_problem(exc: OSError) -> str:
+    """What went wrong writing a file, in words: disk full and quota said as such."""
+    if exc.errno == errno.ENOSPC:
+        return "no space left on the device (disk full)"
+    if exc.errno == errno.EDQUOT:
+        return "the disk quota is exceeded (disk full for this user)"
+    return exc.strerror or type(exc).__name__
 
 
 # --------------------------------------------------------------------------- running records
@@ -241,21 +305,7 @@ def _record_path(ident: str) -> Path:
 
 def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     """Write ``path`` whole or not at all: a reader never sees half a record."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    try:
-        payload = json.dumps(data, separators=(",", ":")).encode("utf-8") + b"\n"
-        while payload:
-            payload = payload[os.write(fd, payload):]
-    finally:
-        os.close(fd)
-    try:
-        os.replace(temp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+    write_atomic(path, json.dumps(data, separators=(",", ":")).encode("utf-8") + b"\n")
 
 
 def write_running(record: RunningRecord) -> Path:
@@ -393,15 +443,7 @@ def write_formation_marker(formation_id: str, *, project_dir: str | os.PathLike[
     path = formation_dir(formation_id) / MARKER_FILE
     data = {"project_dir": os.path.realpath(project_dir), "launcher_pid": launcher_pid,
             "launcher_start": launcher_start or ""}
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        payload = json.dumps(data, indent=2).encode("utf-8") + b"\n"
-        while payload:
-            payload = payload[os.write(fd, payload):]
-    finally:
-        os.close(fd)
+    _write_new(path, json.dumps(data, indent=2).encode("utf-8") + b"\n")
     return path
 
 

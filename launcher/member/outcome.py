@@ -17,11 +17,17 @@ lifeline closed         yes                 ``formation_ended``               0
 idle timeout
 a failure to start      either              ``failed``, its code              1
 ======================  ==================  ================================  =====
+
+A file the session cannot write is :func:`file_not_written` (``E-RUN-048``); a ``--task``
+session whose final ``result.txt`` cannot be written ends ``failed`` with it instead of
+``ok``.
 """
 
 from __future__ import annotations
 
 import enum
+import errno
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,15 +35,32 @@ from typing import Any
 from gateway.egress import answer_text
 from gateway.protocol import TaskState
 from launcher.diagnostics import Diagnostic, diagnostic
+from launcher.records import DISK_FULL_ERRNOS, write_problem
 
 TASK_NOT_COMPLETED = "E-RUN-041"
 DOOR_CREDENTIALS = "E-RUN-042"
 CAPSULE_NOT_RUNNABLE = "E-RUN-043"
 SESSION_NOT_STAGED = "E-RUN-044"
+FILE_NOT_WRITTEN = "E-RUN-048"
 
 def member_diagnostic(code: str, path: str | None = None, **values: object) -> Diagnostic:
     """``code`` from the diagnostics table, filled with ``values``."""
     return diagnostic(code, path, **values)
+
+
+def file_not_written(path: str | os.PathLike[str], exc: OSError, *, what: str,
+                     note: str = "") -> Diagnostic:
+    """``E-RUN-048`` for ``exc`` writing ``path``: what it is, the disk full said as such,
+    and a fix fitting the error; ``note`` says what was done about it."""
+    if exc.errno in DISK_FULL_ERRNOS:
+        fix = "free space on the disk that holds it (or raise the quota), then run it again"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make its folder writable by this user, then run it again"
+    else:
+        fix = "see the error above; run it again"
+    problem = write_problem(exc) + (f"; {note}" if note else "")
+    return diagnostic(FILE_NOT_WRITTEN, str(path), what=what, file=os.fspath(path),
+                      problem=problem, fix=fix)
 
 
 class Cause(enum.Enum):

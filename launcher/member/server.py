@@ -4,7 +4,13 @@ uvicorn is a dependency whose internals this subclass leans on (``main_loop``,
 ``on_tick``, ``shutdown``, ``server_state``, ``lifespan``, ``force_exit``). It was written
 and tested against uvicorn 0.55, and ``pyproject.toml`` pins ``>=0.55,<0.56``: a newer
 uvicorn is taken only after this module is checked against it. :meth:`DoorServer.for_app`
-is the one place the door's uvicorn settings are chosen.
+is the one place the door's uvicorn settings are chosen, the door's bounds under floods
+included (:class:`~launcher.member.http_limits.DoorLimits`).
+
+In order: the server, its settings (:meth:`DoorServer.for_app`), what it does while it
+serves (the log limits of :mod:`launcher.member.log_limits` around ``serve``; at each
+tick the Date header, the sweep of overdue connections and the log counts), and its
+short shutdown.
 """
 
 from __future__ import annotations
@@ -18,12 +24,24 @@ from typing import Any
 import uvicorn
 
 from gateway.types import ASGIApp
+from launcher.member.http_limits import (
+    ConnectionBook,
+    DoorLimits,
+    accept_batch,
+    connection_cap,
+    protocol_for,
+)
+from launcher.member.log_limits import RateLimit, limited_logs
 
 #: How often the door's idle server wakes (to refresh its Date header), and how often,
 #: once stopping, it looks at its connections. uvicorn's own 0.1 s polls cost every
 #: member of a formation 0.3 s of its wind-down, and ten wake-ups a second while idle.
+#: Each wake-up also sweeps overdue connections: a tick is at most a quarter of the
+#: head and body deadlines, so one is kept to within half of itself (two ticks).
 _TICK_SECONDS = 1.0
 _STOP_POLL_SECONDS = 0.01
+#: The kernel's queue of connections not yet accepted (uvicorn's default backlog).
+_LISTEN_QUEUE = 2048
 
 
 class DoorServer(uvicorn.Server):
@@ -37,19 +55,43 @@ class DoorServer(uvicorn.Server):
     bound on the wait (``timeout_graceful_shutdown``) are uvicorn's own.
     """
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, book: ConnectionBook) -> None:
         super().__init__(config)
         self._stop_asked = asyncio.Event()
+        self.book = book
+        limits = book.limits
+        self._tick = min(_TICK_SECONDS, limits.head_seconds / 4, limits.body_seconds / 4)
+        self._logs: list[RateLimit] = []
 
     @classmethod
-    def for_app(cls, app: ASGIApp, *, stop_seconds: float) -> DoorServer:
+    def for_app(cls, app: ASGIApp, *, stop_seconds: float,
+                limits: DoorLimits | None = None) -> DoorServer:
         """A server for the door ``app``: no lifespan, no logs of its own, no proxy
-        headers, no websockets; at most ``stop_seconds`` to close connections at the end."""
+        headers, no websockets; at most ``stop_seconds`` to close connections at the end;
+        httptools with the door's ``limits`` (default: the documented bounds)."""
+        limits = limits or DoorLimits()
+        book = ConnectionBook(limits, connection_cap(limits.connections))
         config = uvicorn.Config(
             app, lifespan="off", log_level="warning", access_log=False,
             log_config=None, proxy_headers=False, server_header=False, ws="none",
+            http=protocol_for(book), backlog=accept_batch(book.cap),
             timeout_graceful_shutdown=int(stop_seconds))
-        return cls(config)
+        return cls(config, book)
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        limits = self.book.limits
+        with limited_logs(lines=limits.log_lines, accept_lines=limits.accept_log_lines,
+                          seconds=limits.log_seconds) as self._logs:
+            await super().serve(sockets)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # asyncio takes its backlog both for the kernel's queue and for how many
+        # connections it accepts at one wake-up, before any is counted. The backlog is
+        # small (accept_batch) to bound the latter; the queue is made long again, or a
+        # burst of callers would wait out a dropped SYN (one second) each.
+        for sock in sockets or []:
+            sock.listen(_LISTEN_QUEUE)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Any:
@@ -63,14 +105,19 @@ class DoorServer(uvicorn.Server):
     async def main_loop(self) -> None:
         # uvicorn's loop wakes every 0.1 s to look at ``should_exit`` and refreshes the
         # Date header at every tenth wake-up. Here a stop wakes it at once, so it wakes
-        # once a second, and each wake-up counts as a tenth (the header is as fresh).
+        # once a second (more often when a test shortens the deadlines), each wake-up counts
+        # as a tenth (the header is as fresh). Each wake-up also closes the connections
+        # whose head or body is overdue and reports the log lines held back.
         counter = 0
         should_exit = await self.on_tick(counter)
         while not should_exit:
             counter = (counter + 10) % 864000
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_TICK_SECONDS):
+                async with asyncio.timeout(self._tick):
                     await self._stop_asked.wait()
+            self.book.sweep(self.server_state.connections)
+            for log in self._logs:
+                log.flush()
             should_exit = await self.on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:

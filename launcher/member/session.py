@@ -8,6 +8,11 @@ signal, ``murmur.StopSession``, ``after_task: exit``, the idle timeout, the life
 closing, the deadline, or the ``--task`` task ending. The ending itself follows
 :mod:`launcher.member.outcome`; ``session_end`` is always written and the running record
 always removed.
+
+A file the session cannot write (a full disk, most often) is ``E-RUN-048`` naming it:
+before the door is ready it ends the session; after, it is printed once per file until a
+write of that file succeeds again, and a ``result.txt`` that cannot be written is removed
+rather than left holding an earlier task's answer.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from launcher.member.outcome import (
     Ending,
     SessionOutcome,
     decide,
+    file_not_written,
     member_diagnostic,
     result_text,
 )
@@ -60,11 +66,13 @@ from launcher.member.server import DoorServer
 from launcher.member.shutdown import ExitFn, ProtocolOut, SignalGuard, Watchdog, hard_exit
 from launcher.process import divert_stderr_to, launcher_gone, process_start_time, wait_for_eof
 from launcher.records import (
+    DISK_FULL_ERRNOS,
     RunningRecord,
     SessionRecords,
     now_iso,
     remove_running,
     stage_session,
+    write_atomic,
     write_operator_token,
     write_running,
 )
@@ -144,6 +152,8 @@ class MemberSession:
         self._directory: DoorDirectory | None = None
         self._seam: CallsSeam | None = None
         self._live: dict[str, str] = {}
+        #: Files whose last write failed and was reported (E-RUN-048 is printed once).
+        self._unwritten: set[str] = set()
         self._watchers = _Watchers()
         self._ended = asyncio.Event()
         self._watchdog = Watchdog(plan.lifeline_grace, exit_fn=plan.exit_fn)
@@ -170,6 +180,8 @@ class MemberSession:
                 self.trigger(Cause.FAILURE, failure=failed.diagnostic)
             except DiagnosticError as refusal:
                 self.trigger(Cause.FAILURE, failure=refusal.diagnostic)
+            except OSError as exc:
+                self.trigger(Cause.FAILURE, failure=self._start_failure(exc))
             except Exception as exc:  # noqa: BLE001 - a bug ends the session, not its records
                 self.trigger(Cause.FAILURE, failure=member_diagnostic(
                     SESSION_NOT_STAGED, action="started",
@@ -179,6 +191,16 @@ class MemberSession:
             return await self._finish()
         finally:
             guard.restore()
+
+    def _start_failure(self, exc: OSError) -> Diagnostic:
+        """An OSError while starting: a file that cannot be written, else a fault."""
+        if exc.filename is not None or exc.errno in DISK_FULL_ERRNOS:
+            assert self.records is not None
+            return file_not_written(exc.filename or self.records.dir, exc,
+                                    what="a file of the session")
+        return member_diagnostic(
+            SESSION_NOT_STAGED, action="started", problem=f"{type(exc).__name__}: {exc}",
+            fix="this is a fault in mur; report it with the session's trace.jsonl")
 
     def _on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -190,8 +212,14 @@ class MemberSession:
         plan, options = self.plan, self.options
         try:
             self._socket = _bind_loopback()
-            self._port = int(self._socket.getsockname()[1])
-            self.door_url = f"http://127.0.0.1:{self._port}"
+        except OSError as exc:
+            raise StartFailed(member_diagnostic(
+                SESSION_NOT_STAGED, action="served", problem=f"no port can be bound on "
+                f"127.0.0.1 ({exc.strerror or exc})",
+                fix="check that the loopback interface is up; run it again")) from None
+        self._port = int(self._socket.getsockname()[1])
+        self.door_url = f"http://127.0.0.1:{self._port}"
+        try:
             records = stage_session(plan.workdir, plan.session_id,
                                     resume=options.resume is not None)
             self.records = records
@@ -199,19 +227,17 @@ class MemberSession:
                                  replace=options.resume is not None)
             self.writer = TraceWriter(records.trace)
         except OSError as exc:
-            raise StartFailed(member_diagnostic(
-                SESSION_NOT_STAGED, action="staged", problem=f"{exc.strerror or exc} "
-                f"({exc.filename or 'the records directory'})",
-                fix="make $MURMUR_HOME/records writable by this user")) from None
+            raise StartFailed(file_not_written(
+                exc.filename or "the records directory", exc,
+                what="the session's records")) from None
         self.bus.add_sink(self._write_record)
         self.bus.add_sink(self._track_task)
         try:
             write_running(self._running_record(records))
         except OSError as exc:
-            raise StartFailed(member_diagnostic(
-                SESSION_NOT_STAGED, action="staged", problem=f"the running record cannot be "
-                f"written ({exc.strerror or exc})",
-                fix="make $MURMUR_HOME/running writable by this user")) from None
+            raise StartFailed(file_not_written(
+                exc.filename or "the running record", exc,
+                what="the running record")) from None
         self.bus.emit("session_start", **self._start_fields(records))
 
     def _running_record(self, records: SessionRecords) -> RunningRecord:
@@ -242,9 +268,17 @@ class MemberSession:
         return fields
 
     def _write_record(self, record: TraceRecord) -> None:
-        if self.writer is not None and not self.writer.closed:
+        writer = self.writer
+        if writer is not None and not writer.closed:
             fields = {key: value for key, value in record.items() if key not in ("ts", "event")}
-            self.writer.write(record["event"], **fields)
+            try:
+                writer.write(record["event"], **fields)
+            except OSError as exc:  # a full disk must not fail the task that was traced
+                self._write_failed(writer.path, file_not_written(
+                    writer.path, exc, what="the session's trace"))
+            else:
+                if self._unwritten:
+                    self._unwritten.discard(str(writer.path))
 
     def _track_task(self, record: TraceRecord) -> None:
         if record.get("event") == "task_state":
@@ -299,7 +333,13 @@ class MemberSession:
         capsule_dir = records.dir / "capsule"
         if self.options.resume is not None and capsule_dir.exists():
             shutil.rmtree(capsule_dir, ignore_errors=True)
-        unpack(self.plan.artifact, capsule_dir)
+        try:
+            unpack(self.plan.artifact, capsule_dir)
+        except OSError as exc:
+            shutil.rmtree(capsule_dir, ignore_errors=True)
+            raise StartFailed(file_not_written(
+                exc.filename or capsule_dir, exc, what="the capsule",
+                note="its partly unpacked folder was removed")) from None
         manifest = self.manifest
         environment = agent_environment(
             manifest, place=self.place, env=task_env(manifest, self.plan.environ,
@@ -503,30 +543,53 @@ class MemberSession:
         if self.task_id is None or task.get("id") == self.task_id:
             self._write_result(result_text(task))
 
-    def _write_result(self, text: str) -> None:
+    def _write_result(self, text: str) -> Diagnostic | None:
+        """Replace ``out/result.txt`` with ``text``; on failure remove the old file (it
+        must not pass for this task's answer) and report E-RUN-048, which is returned."""
         records = self.records
         if records is None:
-            return
-        with contextlib.suppress(OSError):
-            _write_private(records.result, text if text.endswith("\n") or not text
-                           else text + "\n")
+            return None
+        data = (text if text.endswith("\n") or not text else text + "\n").encode(
+            "utf-8", "replace")
+        try:
+            write_atomic(records.result, data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(records.result)
+            failure = file_not_written(
+                records.result, exc, what="the task's result",
+                note="the previous result.txt was removed, so it holds no earlier answer")
+            self._write_failed(records.result, failure)
+            return failure
+        self._unwritten.discard(str(records.result))
+        return None
+
+    def _write_failed(self, path: Path, failure: Diagnostic) -> None:
+        """Report ``failure`` unless the last write of ``path`` failed and said so."""
+        if str(path) not in self._unwritten:
+            self._unwritten.add(str(path))
+            self._report(failure)
 
     async def _finish(self) -> SessionOutcome:
         ending = self.ending
         assert ending is not None and self.records is not None
         self._watchers.cancel()
         final: dict[str, Any] | None = None
+        unwritten: Diagnostic | None = None
         try:
             if self.door is not None:
                 await _bounded(self.door.drained(), DRAIN_SECONDS)
                 if self.task_id is not None:
                     final = self.door.task(self.task_id)
-                    self._write_result(result_text(final))
+                    unwritten = self._write_result(result_text(final))
             outcome = decide(ending, session_id=self.plan.session_id,
                              deadline=timestamp(self.options.deadline)
                              if self.options.deadline else "",
                              task=final, result_path=str(self.records.result))
-            if outcome.diagnostic is not None:
+            if unwritten is not None and outcome.exit_code == 0:
+                # --task promises its answer in result.txt: without it the run failed.
+                outcome = SessionOutcome(1, "failed", unwritten)
+            if outcome.diagnostic is not None and outcome.diagnostic is not unwritten:
                 self._report(outcome.diagnostic)
             self.bus.emit("session_end", exit_status=outcome.exit_status, code=outcome.code,
                           reason=ending.cause.value)
@@ -610,17 +673,3 @@ async def _bounded(awaitable: Awaitable[Any], seconds: float) -> None:
     """Wait for ``awaitable`` at most ``seconds``; its failure is not this caller's."""
     with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
         await asyncio.wait_for(awaitable, seconds)
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``path`` whole (a temporary file, then rename) at mode 0600."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    try:
-        data = memoryview(text.encode("utf-8", "replace"))
-        while data:
-            data = data[os.write(fd, data):]
-    finally:
-        os.close(fd)
-    os.replace(temp, path)

@@ -26,6 +26,7 @@ from tests.support.auth import (
     KEY,
     asgi_scope,
     bearer,
+    bearer_1_0,
     call_asgi,
     corp_jwt,
     error_of,
@@ -98,7 +99,8 @@ async def test_declared_scopes_default_to_every_task_method() -> None:
     door = make_door(bearers=(DeclaredBearer("ci", CI_TOKEN),))
     for method in sorted(TASK_METHODS):
         assert (await door.post(rpc(method), bearer(CI_TOKEN))).status_code == 200
-    response = await door.post(rpc("murmur.StopSession"), bearer(CI_TOKEN))
+    # An A2A 1.0 call: one asking for another version goes on to the app's -32009.
+    response = await door.post(rpc("murmur.StopSession"), bearer_1_0(CI_TOKEN))
     assert (response.status_code, error_of(response)) == (403, "insufficient_scope")
 
 
@@ -132,7 +134,7 @@ async def test_body_is_replayed_to_the_app_byte_for_byte() -> None:
 async def test_any_all_slashes_path_is_json_rpc() -> None:
     door = make_door()
     for path in ("/", "//", "///"):
-        response = await door.post(rpc("murmur.StopSession"), bearer(mint()), path=path)
+        response = await door.post(rpc("murmur.StopSession"), bearer_1_0(mint()), path=path)
         assert (response.status_code, error_of(response)) == (403, "insufficient_scope"), path
 
 
@@ -197,13 +199,15 @@ async def test_other_paths_are_passed_to_the_app_after_the_credential() -> None:
     assert (await door.get("/", bearer(mint()))).status_code == 200  # GET / is not JSON-RPC
 
 
-async def test_public_door_checks_nothing() -> None:
+async def test_public_door_checks_nothing_but_the_host() -> None:
     door = make_door(authenticated=False)
     async with door.client() as client:
+        rebinding = await client.post("/", json=rpc("murmur.StopSession"),
+                                      headers={"Host": "evil.example"})
+        assert (rebinding.status_code, error_of(rebinding)) == (421, "misdirected_request")
         for request in (
             client.build_request("POST", "/", content=b"[1, 2]"),
-            client.build_request("POST", "/", json=rpc("murmur.StopSession"),
-                                 headers={"Host": "evil.example"}),
+            client.build_request("POST", "/", json=rpc("murmur.StopSession")),
             client.build_request("GET", "/resources/files/x", headers=bearer("nonsense")),
         ):
             response = await client.send(request)

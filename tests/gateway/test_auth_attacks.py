@@ -26,6 +26,7 @@ from tests.support.auth import (
     asgi_scope,
     assert_invalid_token,
     bearer,
+    bearer_1_0,
     call_asgi,
     corp_jwt,
     error_of,
@@ -250,7 +251,8 @@ class ReadSpy:
 async def test_the_first_failing_check_decides(credential: str, method: str, oversized: bool,
                                                accepts_peers: bool, host: str) -> None:
     door = make_door(accept_peer_tasks=accepts_peers, max_body=400)
-    headers = [(b"host", b"127.0.0.1:8000" if host == "loopback" else b"evil.example:8000")]
+    headers = [(b"host", b"127.0.0.1:8000" if host == "loopback" else b"evil.example:8000"),
+               (b"a2a-version", b"1.0")]
     token = {"missing": None, "invalid": "mft1.forged.x", "wrong door": mint(callee="reviewer"),
              "valid": mint()}[credential]
     if token is not None:
@@ -316,7 +318,7 @@ async def test_authentication_is_decided_before_reading_the_body(
 ])
 async def test_methods_outside_the_formation_scopes_are_insufficient_scope(method: str) -> None:
     door = make_door()
-    response = await door.post(rpc(method), bearer(mint()))
+    response = await door.post(rpc(method), bearer_1_0(mint()))
     assert (response.status_code, error_of(response)) == (403, "insufficient_scope")
     assert response.headers["www-authenticate"] == (
         'Bearer realm="murmur", error="insufficient_scope"')
@@ -329,10 +331,10 @@ async def test_methods_outside_the_formation_scopes_are_insufficient_scope(metho
 
 async def test_declared_bearer_outside_its_scopes_is_insufficient_scope() -> None:
     door = make_door()
-    response = await door.post(rpc("CancelTask"), bearer(CI_TOKEN))
+    response = await door.post(rpc("CancelTask"), bearer_1_0(CI_TOKEN))
     assert (response.status_code, error_of(response)) == (403, "insufficient_scope")
     assert "bearer:ci" in response.json()["message"]
-    response = await door.post(rpc("CancelTask"), bearer(corp_jwt()))
+    response = await door.post(rpc("CancelTask"), bearer_1_0(corp_jwt()))
     assert "jwt:corp" in response.json()["message"]
 
 
@@ -579,7 +581,7 @@ async def test_refusals_are_logged_with_code_and_credential(
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.auth")
     door = make_door()
-    await door.post(rpc("murmur.StopSession"), bearer(mint()))
+    await door.post(rpc("murmur.StopSession"), bearer_1_0(mint()))
     assert "403 insufficient_scope member:planner" in caplog.text
 
 

@@ -20,6 +20,7 @@ from tests.support.auth import (
     asgi_scope,
     assert_invalid_token,
     bearer,
+    bearer_1_0,
     call_asgi,
     corp_jwt,
     error_of,
@@ -86,7 +87,7 @@ async def test_remembered_token_is_still_held_to_its_scopes_peers_and_host() -> 
     door = make_door(max_body=400)
     token = mint()
     assert (await door.post(rpc(), bearer(token))).status_code == 200
-    response = await door.post(rpc("murmur.StopSession"), bearer(token))
+    response = await door.post(rpc("murmur.StopSession"), bearer_1_0(token))
     assert (response.status_code, error_of(response)) == (403, "insufficient_scope")
     response = await door.post(rpc(pad="x" * 500), bearer(token))
     assert (response.status_code, error_of(response)) == (413, "payload_too_large")

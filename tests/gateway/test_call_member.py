@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
 from gateway.call_member import (
@@ -427,3 +428,50 @@ async def test_door_address_that_never_arrives_fails_the_call_as_a_transport_err
         await calls.call_member("coder", "x")
     assert failed.value.state == "transport error"
     assert "has not arrived" in failed.value.detail
+
+
+# -- Door addresses (issue 10: only the runtime holds them) ----------------------------
+
+async def test_callee_failure_quoting_door_addresses_reaches_the_caller_without_them() -> None:
+    # A callee (a gateway member, an older runtime) whose failure text quotes real door
+    # addresses: its own, and another callee's this member has reached before.
+    why = f"upstream http://{REVIEWER_DOOR}/ refused; retried {CODER_DOOR} ('127.0.0.1', 4201)"
+    setup = Setup(coder=FakeDoor(work=ends_in("TASK_STATE_FAILED", why)))
+    calls = setup.calls()
+    assert await (await calls.call_member("reviewer", "warm up")) == "answer to: warm up"
+    handle = await calls.call_member("coder", "x")
+    with pytest.raises(CallFailed) as failed:
+        await handle
+    fenced = await calls.answers([handle])
+    await calls.aclose()
+    assert failed.value.state == "TASK_STATE_FAILED"
+    assert failed.value.detail == (
+        "upstream http://reviewer.formation.invalid/ refused; retried "
+        "http://coder.formation.invalid (http://coder.formation.invalid)")
+    for text in (str(failed.value), repr(failed.value), repr(failed.value.args), fenced):
+        assert "127.0.0.1" not in text and "4201" not in text and "4202" not in text
+    assert failed.value.__context__ is None and failed.value.__cause__ is None
+
+
+async def test_transport_error_quoting_the_door_address_fails_the_call_without_it() -> None:
+    class Quoting(httpx.AsyncBaseTransport):
+        """Refuses every connection with aiohttp's wording, which names host:port."""
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            raise httpx.ConnectError(
+                f"Cannot connect to host {request.url.netloc.decode()} ssl:default "
+                "[Connect call failed ('127.0.0.1', 4201)]", request=request)
+
+    transport = FormationTransport(Quoting(), tokens=TOKENS, doors=Doors(
+        {"coder": f"http://{CODER_DOOR}"}), allow=["localhost"])
+    calls = MemberCalls(transport, peers=["coder"], trust=None, backoff=FAST)
+    with pytest.raises(CallFailed) as failed:
+        await calls.call_member("coder", "x")
+    assert failed.value.state == "transport error"
+    assert failed.value.detail == (
+        "ConnectError: Cannot connect to host http://coder.formation.invalid ssl:default "
+        "[Connect call failed (http://coder.formation.invalid)]")
+    chain = [failed.value, failed.value.__context__, failed.value.__cause__]
+    assert all("127.0.0.1" not in repr(exc) for exc in chain)
+    assert transport.scrub(f"to {CODER_DOOR} with {TOKENS['coder']}") == (
+        "to http://coder.formation.invalid with [token]")

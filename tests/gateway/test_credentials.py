@@ -13,8 +13,16 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
-from gateway.caller import FORMATION_SCOPES, OPERATOR_METHODS, TASK_METHODS
+from gateway.caller import (
+    FORMATION_SCOPES,
+    OPERATOR_METHODS,
+    PUBLIC_CALLER,
+    TASK_METHODS,
+    Credential,
+)
 from gateway.credentials import (
+    MAX_JWT_SUBJECT_CHARS,
+    OPERATOR_CREDENTIAL,
     CredentialError,
     DeclaredBearer,
     JwtIssuer,
@@ -375,3 +383,46 @@ def test_jwk_alg_narrows_the_key(tmp_path: Path, rsa_key: Any) -> None:
     issuer = JwtIssuer.from_jwks_file("corp", ISSUER, AUDIENCE, ["RS256", "PS256"], path)
     assert issuer.accepts(jwt.encode(claims(), rsa_key, algorithm="PS256"))
     assert not issuer.accepts(jwt.encode(claims(), rsa_key, algorithm="RS256"))
+
+
+# -- who owns a credential's tasks (issue 10: one identity per JWT subject) ----------------
+
+
+def test_every_credential_but_a_jwt_owns_its_tasks_under_its_own_name() -> None:
+    bearer = DeclaredBearer("ci", "ci-token-0123456789abcdef").credential
+    for credential in (OPERATOR_CREDENTIAL, bearer, member_credential("planner"),
+                       PUBLIC_CALLER.credential):
+        assert credential.owner == credential.name
+    assert Credential("jwt", "jwt:corp", TASK_METHODS, owner="jwt:corp/a").owner == "jwt:corp/a"
+
+
+def test_two_subjects_of_one_issuer_are_two_owners_under_one_name(corp: JwtIssuer,
+                                                                  ed_key: Any) -> None:
+    alice, bob = (corp.authenticate(jwt.encode(claims(sub=sub), ed_key, algorithm="EdDSA"))
+                  for sub in ("alice", "bob"))
+    assert (alice.owner, bob.owner) == ("jwt:corp/alice", "jwt:corp/bob")
+    for credential in (alice, bob):
+        assert (credential.kind, credential.name) == ("jwt", "jwt:corp")
+        assert credential.scopes == corp.credential.scopes == {"SendMessage", "GetTask"}
+    # The issuer's name holds no "/": whatever a subject spells, it owns under this one.
+    tricky = corp.authenticate(jwt.encode(claims(sub="x/../jwt:other/alice"), ed_key,
+                                          algorithm="EdDSA"))
+    assert tricky.owner == "jwt:corp/x/../jwt:other/alice"
+
+
+@pytest.mark.parametrize("sub", [None, "", "s" * 256, 42, ["alice"]],
+                         ids=["absent", "empty", "256 characters", "a number", "a list"])
+def test_jwt_without_a_usable_sub_is_refused_by_authenticate(corp: JwtIssuer, ed_key: Any,
+                                                             sub: Any) -> None:
+    token = jwt.encode(claims(sub=sub), ed_key, algorithm="EdDSA")
+    with pytest.raises(InvalidToken) as caught:
+        corp.authenticate(token)
+    assert str(caught.value).startswith("jwt corp: ")
+    assert not corp.accepts(token)
+
+
+def test_jwt_sub_of_255_characters_is_the_longest_accepted(corp: JwtIssuer,
+                                                           ed_key: Any) -> None:
+    assert MAX_JWT_SUBJECT_CHARS == 255
+    token = jwt.encode(claims(sub="s" * 255), ed_key, algorithm="EdDSA")
+    assert corp.authenticate(token).owner == "jwt:corp/" + "s" * 255

@@ -189,7 +189,8 @@ async def test_a_batch_is_refused_whole() -> None:
 async def test_bad_json_and_bad_params_get_clear_answers() -> None:
     door = make_door(echo)
     async with client_for(door.app) as client:
-        parse = (await client.post("/", content=b"{\"jsonrpc\":")).json()
+        parse = (await client.post("/", content=b"{\"jsonrpc\":",
+                                   headers={"Content-Type": "application/json"})).json()
         params = await rpc(client, "SendMessage", {"message": {"role": "ROLE_USER"}})
         get = await rpc(client, "GetTask", {"id": "x", "historyLength": -1})
     assert parse["error"]["code"] == -32700 and parse["id"] is None

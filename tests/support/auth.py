@@ -40,6 +40,16 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+#: The header an A2A 1.0 client sends. DoorAuth refuses an out-of-scope method only in a
+#: call that asks for 1.0: any other call goes on to the app's -32009.
+A2A_1_0 = {"A2A-Version": "1.0"}
+
+
+def bearer_1_0(token: str) -> dict[str, str]:
+    """``bearer(token)`` in a call that asks for A2A 1.0."""
+    return {**bearer(token), **A2A_1_0}
+
+
 @dataclass
 class EchoApp:
     """An ASGI app that answers with what it received, and remembers every call."""
@@ -118,7 +128,8 @@ def jwt_issuer(scopes: Iterable[str] | None = ("GetTask",),
 def corp_jwt() -> str:
     import time
 
-    return jwt.encode({"iss": "https://id.example", "aud": "coder", "exp": int(time.time()) + 300},
+    return jwt.encode({"iss": "https://id.example", "aud": "coder", "sub": "ci-bot",
+                       "exp": int(time.time()) + 300},
                       JWT_KEY, algorithm="EdDSA", headers={"kid": "k1"})
 
 

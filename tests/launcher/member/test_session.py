@@ -1,14 +1,16 @@
 """A member's whole session in-process (real uvicorn on 127.0.0.1, a real installed
-capsule, no signals installed): staging, readiness, --task, each ending, start failures."""
+capsule, no signals installed): staging, readiness, --task, each ending, start failures,
+and a full disk (``os.write`` failing with ENOSPC for the session's files)."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -271,3 +273,168 @@ async def test_a_declared_bearer_is_let_in(tmp_path: Path, stdout: Stdout) -> No
     assert (outcome.exit_code, outcome.exit_status) == (0, "ok")
     received = [r for r in trace_of(session) if r["event"] == "a2a_task_received"]
     assert received[0]["credential"] == "bearer:ci" and received[0]["trust"] == "untrusted"
+
+
+# --------------------------------------------------------------------- a full disk
+
+
+def full_disk(patch: pytest.MonkeyPatch, where: Callable[[str], bool],
+              code: int = errno.ENOSPC) -> list[str]:
+    """``os.write`` fails with ``code`` for every descriptor whose file ``where`` picks,
+    as a full disk would; returns the paths refused."""
+    real_write = os.write
+    refused: list[str] = []
+
+    def write(fd: int, data: Any) -> int:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if where(target):
+            refused.append(target)
+            raise OSError(code, os.strerror(code))
+        return real_write(fd, data)
+
+    patch.setattr(os, "write", write)
+    return refused
+
+
+def errors_of(session: MemberSession, code: str) -> list[str]:
+    """The messages of the diagnostics ``code`` the session printed (one JSON a line)."""
+    printed = [json.loads(line) for line in session.plan.diagnostics.getvalue().splitlines()]
+    return [entry["message"] for entry in printed if entry["code"] == code]
+
+
+async def send_task(client: httpx.AsyncClient, session: MemberSession, token: str,
+                    text: str) -> str:
+    answer = await client.post(session.door_url + "/", json={
+        "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": text, "role": "ROLE_USER", "parts": [{"text": text}]}}},
+        headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"})
+    task = answer.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    return str(task["artifacts"][0]["parts"][0]["text"])
+
+
+async def test_a_full_disk_for_result_txt_fails_the_task_run_with_e_run_048_and_no_debris(
+        tmp_path: Path, stdout: Stdout, monkeypatch: pytest.MonkeyPatch) -> None:
+    refused = full_disk(monkeypatch, lambda path: "/out/.result.txt." in path)
+    session = MemberSession(plan(tmp_path, task="hello"), stdout.out)
+    outcome = await session.run()
+    assert refused
+    assert (outcome.exit_code, outcome.exit_status, outcome.code) == (1, "failed", "E-RUN-048")
+    assert stdout.lines()[-1] == "done: hello"  # the answer is still printed
+    assert session.records is not None
+    assert os.listdir(session.records.out) == []  # no result.txt, no temporary file
+    [error] = errors_of(session, "E-RUN-048")  # said once, though written twice
+    assert f"the task's result cannot be written to {session.records.result}" in error
+    assert "no space left on the device (disk full)" in error
+    assert "fault in mur" not in session.plan.diagnostics.getvalue()
+    end = trace_of(session)[-1]
+    assert (end["event"], end["exit_status"], end["code"]) == ("session_end", "failed",
+                                                                "E-RUN-048")
+
+
+async def test_a_full_disk_between_two_tasks_removes_the_stale_result_and_keeps_serving(
+        tmp_path: Path, stdout: Stdout, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = MemberSession(plan(tmp_path), stdout.out)
+    running = asyncio.create_task(session.run())
+    await wait_until(lambda: session._server is not None and session._server.started)
+    records = session.records
+    assert records is not None
+    token = records.operator_token.read_text()
+    inside = os.path.realpath(records.dir) + os.sep
+    async with httpx.AsyncClient() as client:
+        assert await send_task(client, session, token, "first") == "done: first"
+        assert records.result.read_text() == "done: first\n"
+        with monkeypatch.context() as patch:
+            refused = full_disk(patch, lambda path: path.startswith(inside))
+            assert await send_task(client, session, token, "second") == "done: second"
+            assert not records.result.exists()  # never the first task's answer
+            assert await send_task(client, session, token, "third") == "done: third"
+        assert refused
+        assert [name for name in os.listdir(records.out) if name != "result.txt"] == []
+        errors = errors_of(session, "E-RUN-048")
+        assert len(errors) == 2, errors  # once for result.txt, once for the trace
+        assert any(f"written to {records.result}: no space left on the device (disk full)"
+                   in error for error in errors)
+        assert any(f"written to {records.trace}: no space left" in error for error in errors)
+        # Space again: the next task's answer is written, and nothing more is reported.
+        assert await send_task(client, session, token, "fourth") == "done: fourth"
+        assert records.result.read_text() == "done: fourth\n"
+    session._on_signal(15)
+    outcome = await running
+    assert (outcome.exit_code, outcome.exit_status) == (0, "ok")
+    assert len(errors_of(session, "E-RUN-048")) == 2
+    assert trace_of(session)[-1]["event"] == "session_end"
+
+
+async def test_a_full_disk_while_staging_names_the_token_file_and_leaves_no_part_of_it(
+        tmp_path: Path, stdout: Stdout, monkeypatch: pytest.MonkeyPatch) -> None:
+    full_disk(monkeypatch, lambda path: path.endswith("/operator.token"))
+    session = MemberSession(plan(tmp_path, task="x"), stdout.out)
+    outcome = await session.run()
+    assert (outcome.exit_code, outcome.exit_status, outcome.code) == (1, "failed", "E-RUN-048")
+    assert stdout.lines() == []
+    assert session.records is not None
+    assert not session.records.operator_token.exists()
+    [error] = errors_of(session, "E-RUN-048")
+    assert f"written to {session.records.operator_token}: no space left" in error
+    assert not (running_dir() / f"{session.plan.session_id}.json").exists()
+
+
+@pytest.mark.parametrize(("code", "words"), [
+    (errno.ENOSPC, "no space left on the device (disk full)"),
+    (errno.EDQUOT, "the disk quota is exceeded (disk full for this user)"),
+])
+async def test_a_full_disk_for_the_running_record_says_so_and_leaves_no_tmp(
+        tmp_path: Path, stdout: Stdout, monkeypatch: pytest.MonkeyPatch, code: int,
+        words: str) -> None:
+    full_disk(monkeypatch, lambda path: "/running/." in path, code)
+    session = MemberSession(plan(tmp_path, task="x"), stdout.out)
+    outcome = await session.run()
+    assert (outcome.exit_code, outcome.code) == (1, "E-RUN-048")
+    record = running_dir() / f"{session.plan.session_id}.json"
+    [error] = errors_of(session, "E-RUN-048")
+    assert f"the running record cannot be written to {record}: {words}" in error
+    assert "free space on the disk" in session.plan.diagnostics.getvalue()
+    assert os.listdir(running_dir()) == []
+
+
+async def test_a_full_disk_while_unpacking_the_capsule_is_not_called_a_fault_in_mur(
+        tmp_path: Path, stdout: Stdout, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unpack_until_full(artifact: Any, dest: Path) -> Path:
+        dest.mkdir(mode=0o700)
+        (dest / "agent.py").write_text("half of it")
+        # Raised as a buffered write raises it: naming no file.
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(member_session, "unpack", unpack_until_full)
+    session = MemberSession(plan(tmp_path, task="x"), stdout.out)
+    outcome = await session.run()
+    assert (outcome.exit_code, outcome.code) == (1, "E-RUN-048")
+    assert session.records is not None
+    capsule = session.records.dir / "capsule"
+    assert not capsule.exists()
+    [error] = errors_of(session, "E-RUN-048")
+    assert f"the capsule cannot be written to {capsule}: no space left" in error
+    assert "fault in mur" not in session.plan.diagnostics.getvalue()
+    assert trace_of(session)[-1]["code"] == "E-RUN-048"
+
+
+async def test_a_folder_planted_as_result_txt_fails_the_rename_and_leaves_no_tmp(
+        tmp_path: Path, stdout: Stdout) -> None:
+    session = MemberSession(plan(tmp_path), stdout.out)
+    running = asyncio.create_task(session.run())
+    await wait_until(lambda: session._server is not None and session._server.started)
+    records = session.records
+    assert records is not None
+    records.result.mkdir()  # as agent code could, in the out/ it writes
+    async with httpx.AsyncClient() as client:
+        answer = await send_task(client, session, records.operator_token.read_text(), "hi")
+    session._on_signal(15)
+    await running
+    assert answer == "done: hi"
+    assert os.listdir(records.out) == ["result.txt"] and records.result.is_dir()
+    [error] = errors_of(session, "E-RUN-048")
+    assert f"the task's result cannot be written to {records.result}: Is a directory" in error
