@@ -5,6 +5,8 @@
     ├── DiagnosticError ............. diagnostics: a refusal carrying its coded Diagnostic
     │   └── ChannelRefused .......... channel: E-RUN-046, one of the channel's cases
     ├── YamlFault ................... yaml_files: a document that does not read
+    ├── UpstreamHeaderError ......... manifest: an agent.a2a header cannot be sent
+    │                                 (a ValueError)
     ├── UsageError .................. member.options: a flag mur run cannot use (exit 2)
     ├── CapsuleError ................ member.capsule: the capsule's agent cannot be loaded
     ├── CommandFailed ............... member.capsule: a command agent exited non-zero

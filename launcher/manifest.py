@@ -3,6 +3,10 @@
 The manifest schema as pydantic models that refuse any key they do not list
 (``E-MAN-001``, naming the key's dotted path) and a door requiring authentication beside
 a non-empty ``capabilities.spawn.allow`` (``E-MAN-003``).
+
+In order: the shared field rules, the rules of a gateway member (``agent.a2a``: its
+command, url, card path and upstream headers), the models from ``Skill`` to ``Manifest``,
+schema faults as diagnostics, then reading and the files a manifest names.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import typing
 from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -26,8 +31,10 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gateway.protocol import MEMBER_NAME_RE
+from gateway.redaction import redact
 from launcher.diagnostics import DiagnosticError
 from launcher.durations import DURATION_FORMS, parse_duration
+from launcher.errors import LauncherError
 from launcher.yaml_files import (
     Location,
     YamlFault,
@@ -160,6 +167,185 @@ TASK_SCOPES: tuple[Scope, ...] = typing.get_args(Scope)
 Duration = Annotated[int, BeforeValidator(_duration)]
 
 
+# --- A gateway member's rules (agent.a2a) ------------------------------------------------
+
+#: Where the upstream serves its agent card unless ``card_path`` says otherwise.
+DEFAULT_CARD_PATH = "/.well-known/agent-card.json"
+#: The one placeholder of ``agent.a2a.command``: the free loopback port the runtime picks.
+PORT_PLACEHOLDER = "{port}"
+#: Bounds on what ``agent.a2a`` may hold (docs/admission.md, "Gateway members").
+MAX_URL_LENGTH = 2048
+MAX_CARD_PATH_LENGTH = 1024
+MAX_UPSTREAM_HEADERS = 32
+MAX_HEADER_NAME_LENGTH = 128
+#: Both a header value as written and as expanded from the environment.
+MAX_HEADER_VALUE_LENGTH = 8192
+#: An RFC 9110 field name: one or more ``tchar``.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: Printable ASCII and horizontal tab: never CR, LF, NUL or another control character.
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+_VARIABLE = re.compile(r"\$\{([^}]*)\}")
+#: Headers the door itself writes or that frame the relayed request, compared lower-case.
+RESERVED_HEADERS = frozenset({
+    "a2a-version", "connection", "content-length", "host", "keep-alive", "proxy-connection",
+    "te", "trailer", "transfer-encoding", "upgrade"})
+_RESERVED_PREFIX = "x-murmur-"
+
+
+class UpstreamHeaderError(LauncherError, ValueError):
+    """A header of ``agent.a2a.headers`` cannot be sent: a ``${VAR}`` is not set, or its
+    value cannot go into a header. The message names the header and the variable, never
+    a value."""
+
+
+def _upstream_url(value: str) -> str:
+    fix = ("write the address of the running agent, such as `http://10.0.0.5:9999`: "
+           "`http` or `https`, a host, an optional port, and no path")
+    if PORT_PLACEHOLDER in value:
+        raise _refuse("holds `{port}`, which only `agent.a2a.command` may use: a `url` "
+                      "names an agent that already runs on a port of its own",
+                      "write the agent's real port, or use `command` to have the runtime "
+                      "start it on a free port")
+    problem = _url_problem(value)
+    return _check(problem, fix, value)
+
+
+def _url_problem(value: str) -> str | None:
+    if "@" in value:
+        # Checked first, so that no refusal below quotes a password written in the url.
+        return ("must not hold a user or password (a credential written in murmur.yaml); "
+                "send it with `headers` and `${VAR}`")
+    if len(value) > MAX_URL_LENGTH:
+        return f"is longer than {MAX_URL_LENGTH} characters"
+    if not value.isascii() or not value.isprintable() or " " in value or "\\" in value:
+        return "must be printable ASCII with no spaces or backslashes"
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        return f"is not a URL with a valid host and port: `{value}`"
+    if parts.scheme not in ("http", "https"):
+        return f"must start with `http://` or `https://`, and `{value}` does not"
+    if not parts.hostname or "*" in parts.netloc or not _HOST.fullmatch(parts.netloc):
+        return f"must name a host, and `{value}` does not"
+    if port == 0:
+        return "must not name port 0"
+    if parts.path not in ("", "/") or parts.query or parts.fragment or value.endswith(("?", "#")):
+        return ("must be the agent's origin with no path, query or fragment (the card is "
+                "read at `card_path` on it)")
+    return None
+
+
+def _card_path(value: str) -> str:
+    segments = unquote(value).split("/")
+    bad = None
+    if not value.startswith("/") or value.startswith("//"):
+        bad = "must start with one `/`"
+    elif len(value) > MAX_CARD_PATH_LENGTH:
+        bad = f"is longer than {MAX_CARD_PATH_LENGTH} characters"
+    elif "?" in value or "#" in value:
+        bad = "must not hold a query or a fragment"
+    elif ".." in segments or "." in segments or "\\" in unquote(value):
+        bad = "must not hold `.` or `..` segments or backslashes"
+    elif not value.isascii() or not value.isprintable() or " " in value:
+        bad = "must be printable ASCII with no spaces"
+    return _check(None if bad is None else f"{bad}, and `{value}` does not fit",
+                  f"write an absolute path on the agent, such as `{DEFAULT_CARD_PATH}` "
+                  "(the default)", value)
+
+
+def _a2a_command(value: list[str]) -> list[str]:
+    if not value:
+        raise _refuse("must not be empty",
+                      'write the program and its arguments, such as `[python3, server.py, '
+                      '--port, "{port}"]`')
+    return value
+
+
+def header_variables(value: str) -> list[str]:
+    """The names of the ``${VAR}`` references in a header value, in order."""
+    return [match.group(1) for match in _VARIABLE.finditer(value)]
+
+
+def _header_problem(name: str, value: str) -> tuple[str, str] | None:
+    """Why ``name: value`` cannot be an upstream header, as ``(problem, fix)``; the value
+    itself is never quoted (it may hold a secret)."""
+    lower = name.lower()
+    if len(name) > MAX_HEADER_NAME_LENGTH or not _HEADER_NAME.fullmatch(name):
+        return (f"is not a valid HTTP header name (at most {MAX_HEADER_NAME_LENGTH} "
+                "letters, digits and any of !#$%&'*+-.^_`|~; no space or colon)",
+                "write a header name such as `X-Api-Key`")
+    if lower in RESERVED_HEADERS or lower.startswith(_RESERVED_PREFIX):
+        return ("is a header the door writes itself or that frames the relayed request",
+                "remove it; the door sends `A2A-Version: 1.0` and the request's own framing")
+    return _header_value_problem(value)
+
+
+def _header_value_problem(value: str) -> tuple[str, str] | None:
+    literal = _VARIABLE.sub("", value)
+    fix = ("write printable text with no line break, at most "
+           f"{MAX_HEADER_VALUE_LENGTH} characters, and `${{VAR}}` for what the environment "
+           "supplies")
+    if len(value) > MAX_HEADER_VALUE_LENGTH or not _HEADER_VALUE.fullmatch(value):
+        return ("has a value with a line break, a control character or non-ASCII text, or "
+                f"longer than {MAX_HEADER_VALUE_LENGTH} characters", fix)
+    if value != value.strip(" \t"):
+        return "has a value that starts or ends with white space (lost on the wire)", fix
+    if "${" in literal:
+        return ("has a `${` that does not start a `${VAR}` reference",
+                "write `${NAME}` with NAME a variable of `capabilities.env.allow`")
+    bad_names = [name for name in header_variables(value) if not _ENV_NAME.fullmatch(name)]
+    if bad_names:
+        return (f"refers to `${{{bad_names[0]}}}`, which is not an environment variable "
+                "name", "use letters, digits and `_`, not starting with a digit")
+    if redact(literal) != literal:
+        return ("has a credential written into murmur.yaml",
+                "put the credential in an environment variable and write `${VAR}`, with VAR "
+                "in `capabilities.env.allow`")
+    return None
+
+
+def _headers(value: dict[str, str]) -> dict[str, str]:
+    if len(value) > MAX_UPSTREAM_HEADERS:
+        raise _refuse(f"has {len(value)} headers, more than {MAX_UPSTREAM_HEADERS}",
+                      f"send at most {MAX_UPSTREAM_HEADERS} headers")
+    seen: dict[str, str] = {}
+    for name, text in value.items():
+        fault = _header_problem(name, text)
+        if fault is not None:
+            raise _refuse_below(name, *fault)
+        if name.lower() in seen:
+            raise _refuse_below(name, f"repeats the header `{seen[name.lower()]}` (header "
+                                "names are compared without case)", "write each header once")
+        seen[name.lower()] = name
+    return value
+
+
+def _refuse_below(key: str, problem: str, fix: str) -> PydanticCustomError:
+    """A refusal of the entry ``key`` of the mapping being validated."""
+    return PydanticCustomError("murmur_value", "{problem}",
+                               {"problem": problem, "fix": fix, "below": (key,)})
+
+
+def _expand_header(name: str, value: str, environ: Mapping[str, str]) -> str:
+    def variable(match: re.Match[str]) -> str:
+        found = environ.get(match.group(1))
+        if found is None:
+            raise UpstreamHeaderError(
+                f"agent.a2a.headers.{name} needs the environment variable "
+                f"{match.group(1)}, which is not set; set it for the member")
+        return found
+
+    expanded = _VARIABLE.sub(variable, value)
+    if len(expanded) > MAX_HEADER_VALUE_LENGTH or not _HEADER_VALUE.fullmatch(expanded):
+        names = ", ".join(header_variables(value))
+        raise UpstreamHeaderError(
+            f"agent.a2a.headers.{name}: the value of {names} has a line break, a control "
+            f"character or non-ASCII text, or is longer than {MAX_HEADER_VALUE_LENGTH} "
+            "characters, so it cannot be sent as a header; correct the variable")
+    return expanded
+
+
 # --- The manifest ------------------------------------------------------------------------
 
 class _Strict(BaseModel):
@@ -190,19 +376,79 @@ class Skill(_Strict):
     tags: list[str] = Field(default_factory=list)
 
 
+class A2aAgent(_Strict):
+    """``agent.a2a``: an A2A server the door stands in front of (DESIGN.md section 13)."""
+
+    command: Annotated[list[NonBlank], AfterValidator(_a2a_command)] | None = Field(
+        default=None, description='the server to start, such as `[python3, server.py, --port, '
+        '"{port}"]`')
+    url: Annotated[str, AfterValidator(_upstream_url)] | None = Field(
+        default=None, description="the address of an agent that already runs, such as "
+        "`http://10.0.0.5:9999`")
+    card_path: Annotated[str, AfterValidator(_card_path)] = Field(
+        default=DEFAULT_CARD_PATH, description=f"an absolute path such as `{DEFAULT_CARD_PATH}`")
+    headers: Annotated[dict[str, str], AfterValidator(_headers)] = Field(
+        default_factory=dict, description="header name to value, sent upstream; `${VAR}` from "
+        "`capabilities.env.allow`")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> A2aAgent:
+        if (self.command is None) == (self.url is None):
+            raise _refuse("must have exactly one of `command` and `url`",
+                          'write `command: [program, args...]` (`"{port}"` stands for the port '
+                          "the runtime picks) to have the runtime start the server, or `url: "
+                          "http://host:port` for an agent that already runs")
+        return self
+
+    def command_for(self, port: int) -> list[str]:
+        """``command`` with ``{port}`` replaced by ``port`` in every argument."""
+        if self.command is None:
+            raise ValueError("agent.a2a has a url, not a command")
+        text = str(port)
+        return [argument.replace(PORT_PLACEHOLDER, text) for argument in self.command]
+
+    def header_references(self) -> list[tuple[str, str]]:
+        """Each ``(header, VAR)`` that a header value refers to, in order."""
+        return [(name, variable) for name, value in self.headers.items()
+                for variable in header_variables(value)]
+
+    def expand_headers(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The headers to send upstream, each ``${VAR}`` replaced by ``environ[VAR]``.
+
+        Raises :class:`UpstreamHeaderError` naming the header and the variable when one is
+        not set or its value cannot be sent in a header (a line break, say)."""
+        return {name: _expand_header(name, value, environ)
+                for name, value in self.headers.items()}
+
+    def card_url(self, base: str | None = None) -> str:
+        """The card's URL on ``base`` (``http://127.0.0.1:PORT`` of a started command), or
+        on ``url`` when ``base`` is not given."""
+        origin = base if base is not None else self.url
+        if origin is None:
+            raise ValueError("agent.a2a has a command: give the base it listens on")
+        return origin.rstrip("/") + self.card_path
+
+
 class Agent(_Strict):
     python: Annotated[str, AfterValidator(_python_entry)] | None = Field(
         default=None, description="`module:callable`, an `async def run(task)` inside the capsule")
     command: list[NonBlank] | None = Field(
         default=None, min_length=1, description="a process harness, such as `[python3, run.py]`")
+    a2a: A2aAgent | None = Field(
+        default=None, description="an A2A server behind the door: `command: [...]` or `url: ...`")
     skills: list[Skill] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Agent:
-        if (self.python is None) == (self.command is None):
-            raise _refuse("must have exactly one of `python` and `command`",
-                          "write `python: module:run` for a Python agent, or `command: "
-                          "[program, args...]` for a process harness")
+        if [self.python, self.command, self.a2a].count(None) != 2:
+            raise _refuse("must have exactly one of `python`, `command` and `a2a`",
+                          "write `python: module:run` for a Python agent, `command: "
+                          "[program, args...]` for a process harness, or `a2a: {command: "
+                          "[...]}` or `a2a: {url: ...}` for an A2A server behind the door")
+        if self.a2a is not None and self.skills:
+            raise _refuse_below("skills", "cannot be given beside `agent.a2a`: the door's "
+                                "card shows the upstream's own skills",
+                                "remove `agent.skills`; the upstream's card lists its skills")
         ids = [skill.id for skill in self.skills]
         if len(ids) != len(set(ids)):
             raise _refuse("gives two skills the same `id`", "give each skill its own `id`")
@@ -217,6 +463,13 @@ class Agent(_Strict):
     def function(self) -> str | None:
         """The callable of a ``python`` agent (``run`` for ``coder_agent:run``)."""
         return None if self.python is None else self.python.split(":", 1)[1]
+
+    @property
+    def kind(self) -> Literal["python", "command", "a2a"]:
+        """Which of the three kinds the agent is."""
+        if self.python is not None:
+            return "python"
+        return "command" if self.command is not None else "a2a"
 
 
 class PeerTasks(_Strict):
@@ -340,7 +593,7 @@ class Manifest(_Strict):
     name: Name = Field(description="the capsule's name, such as `coder`")
     version: Version = Field(description="the capsule's exact version, such as `1.2.0`")
     description: str = ""
-    agent: Agent = Field(description="`python: module:run` or `command: [...]`")
+    agent: Agent = Field(description="`python: module:run`, `command: [...]` or `a2a: {...}`")
     exports: Exports = Field(default_factory=Exports)
     network: Network = Field(default_factory=Network)
     capabilities: Capabilities = Field(default_factory=Capabilities)
@@ -353,6 +606,18 @@ class Manifest(_Strict):
         if self.network.authentication is not None and self.capabilities.spawn.allow:
             raise PydanticCustomError("spawn_beside_authentication", "{spawn}",
                                       {"spawn": ", ".join(self.capabilities.spawn.allow)})
+        return self
+
+    @model_validator(mode="after")
+    def _header_variables_granted(self) -> Manifest:
+        # Only the granted environment reaches the upstream, so a header may use no other.
+        a2a, allowed = self.agent.a2a, set(self.capabilities.env.allow)
+        for name, variable in a2a.header_references() if a2a is not None else ():
+            if variable not in allowed:
+                raise PydanticCustomError("murmur_value", "{problem}", {
+                    "problem": f"refers to `${{{variable}}}`, which `capabilities.env.allow` "
+                               "does not name", "fix": f"add {variable} to "
+                    "capabilities.env.allow", "below": ("agent", "a2a", "headers", name)})
         return self
 
     @property
@@ -422,6 +687,8 @@ def schema_fault(exc: ValidationError, model: type[BaseModel], document: str
         return kind, path, f"`{path}` is required", (
             f"add `{key}`" + (f": {description}" if description else ""))
     if kind == "murmur_value":
+        # A rule of a whole mapping may name the entry at fault below the error's location.
+        path = dotted(location + tuple(ctx.get("below", ())))
         problem = str(ctx.get("problem", error["msg"]))
         if path:
             problem = f"`{path}` {problem}"
@@ -531,6 +798,7 @@ def check_files(manifest: Manifest, present: Collection[str], source: str) -> No
                                   target=" or ".join(f"`{c}`" for c in candidates))
 
 
-__all__ = ["Agent", "Authentication", "BearerCredential", "Capabilities", "JwtIssuer",
-           "Lifecycle", "Manifest", "YamlFault", "check_files", "dotted", "load_manifest",
-           "parse_manifest", "read_yaml", "referenced_files"]
+__all__ = ["A2aAgent", "Agent", "Authentication", "BearerCredential", "Capabilities",
+           "JwtIssuer", "Lifecycle", "Manifest", "UpstreamHeaderError", "YamlFault",
+           "check_files", "dotted", "load_manifest", "parse_manifest", "read_yaml",
+           "referenced_files"]

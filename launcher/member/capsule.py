@@ -445,8 +445,13 @@ def load_agent(capsule_dir: Path, *, python: str | None = None,
                calls_factory: CallsFactory | None = None) -> AgentFn:
     """The capsule's agent as a gateway AgentFn: exactly one of ``python`` (``module:run``)
     and ``command`` (argv). A ``command`` agent gets no calls object and cannot call
-    members."""
-    if (python is None) == (command is None):
+    members. Neither is a gateway member (``agent.a2a``, the one other kind a manifest
+    admits), which this runtime refuses to serve until its relay exists."""
+    if python is None and command is None:
+        raise CapsuleError("it is a gateway member (`agent.a2a`), which this runtime does "
+                           "not serve yet (the relay is not built); give the capsule a "
+                           "`python` or `command` agent meanwhile")
+    if python is not None and command is not None:
         raise CapsuleError("the agent must have exactly one of python and command")
     if python is not None:
         return python_agent(load_python_agent(capsule_dir, python), environment, calls_factory)

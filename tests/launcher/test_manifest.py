@@ -12,11 +12,15 @@ from launcher.diagnostics import DiagnosticError
 from launcher.durations import format_duration, parse_duration
 from launcher.manifest import (
     Manifest,
+    UpstreamHeaderError,
     check_files,
     load_manifest,
     parse_manifest,
     read_yaml,
+    referenced_files,
 )
+from launcher.roster import admit
+from launcher.store import install, pack
 
 DESIGN_EXAMPLE = """\
 manifest_version: 1
@@ -389,3 +393,315 @@ def test_files_the_manifest_names_must_be_in_the_capsule() -> None:
     with pytest.raises(DiagnosticError) as refused:
         check_files(manifest, {"keys/jwks.json"}, "murmur.yaml")
     assert refused.value.path == "agent.python"
+
+
+# --- gateway members (agent.a2a) ---------------------------------------------------------
+
+GATEWAY_EXAMPLE = """\
+manifest_version: 1
+name: relay
+version: 1.0.0
+agent:
+  a2a:
+    command: [python3, server.py, --port, "{port}"]   # started by the runtime, or:
+    # url: http://10.0.0.5:9999                       # an agent that already runs
+    card_path: /.well-known/agent-card.json           # default
+    headers: {X-Api-Key: "${AGENT_KEY}"}              # sent upstream; ${VAR} from env.allow
+capabilities:
+  env: {allow: [AGENT_KEY]}
+"""
+
+
+def a2a(body: str, addition: str = "") -> str:
+    """A manifest whose agent is ``a2a: {body}``."""
+    return MINIMAL.replace("{python: coder_agent:run}", f"{{a2a: {{{body}}}}}") + addition
+
+
+def test_the_design_gateway_example_parses_into_what_the_runtime_needs() -> None:
+    manifest = parse_manifest(GATEWAY_EXAMPLE)
+    gateway = manifest.agent.a2a
+    assert gateway is not None
+    assert manifest.agent.kind == "a2a"
+    assert (manifest.agent.python, manifest.agent.command, manifest.agent.module) == (
+        None, None, None)
+    assert gateway.command == ["python3", "server.py", "--port", "{port}"]
+    assert gateway.url is None
+    assert gateway.card_path == "/.well-known/agent-card.json"
+    assert gateway.headers == {"X-Api-Key": "${AGENT_KEY}"}
+    assert gateway.header_references() == [("X-Api-Key", "AGENT_KEY")]
+
+
+def test_the_kind_of_a_python_and_a_command_agent_is_unchanged() -> None:
+    assert parse_manifest(MINIMAL).agent.kind == "python"
+    command = parse_manifest(MINIMAL.replace("{python: coder_agent:run}", "{command: [sh]}"))
+    assert (command.agent.kind, command.agent.a2a) == ("command", None)
+
+
+def test_a_url_gateway_takes_the_default_card_path_and_no_headers() -> None:
+    gateway = parse_manifest(a2a("url: 'https://agent.example:8443/'")).agent.a2a
+    assert gateway is not None
+    assert (gateway.url, gateway.command, gateway.headers) == (
+        "https://agent.example:8443/", None, {})
+    assert gateway.card_url() == "https://agent.example:8443/.well-known/agent-card.json"
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.5:9999", "http://localhost", "https://[::1]:8080",
+                                 "http://agent.example/"])
+def test_http_and_https_origins_are_accepted_as_urls(url: str) -> None:
+    gateway = parse_manifest(a2a(f"url: '{url}'")).agent.a2a
+    assert gateway is not None and gateway.url == url
+
+
+def test_the_command_is_rendered_with_the_port_in_every_argument() -> None:
+    gateway = parse_manifest(a2a(
+        "command: [python3, server.py, --port, '{port}', '--listen=127.0.0.1:{port}', "
+        "'{other}']")).agent.a2a
+    assert gateway is not None
+    assert gateway.command_for(41234) == ["python3", "server.py", "--port", "41234",
+                                          "--listen=127.0.0.1:41234", "{other}"]
+    assert gateway.command == ["python3", "server.py", "--port", "{port}",
+                               "--listen=127.0.0.1:{port}", "{other}"]  # the model is unchanged
+    assert gateway.card_url("http://127.0.0.1:41234") == (
+        "http://127.0.0.1:41234/.well-known/agent-card.json")
+
+
+def test_a_url_gateway_has_no_command_to_render() -> None:
+    gateway = parse_manifest(a2a("url: 'http://h:1'")).agent.a2a
+    assert gateway is not None
+    with pytest.raises(ValueError, match="url, not a command"):
+        gateway.command_for(1)
+
+
+def test_header_values_are_expanded_from_the_given_environment() -> None:
+    gateway = parse_manifest(a2a(
+        "url: 'http://h:1', headers: {X-Api-Key: '${AGENT_KEY}', Authorization: "
+        "'Token ${USER_ID}:${AGENT_KEY}', X-Plain: 'v1 $HOME'}",
+        "capabilities: {env: {allow: [AGENT_KEY, USER_ID]}}\n")).agent.a2a
+    assert gateway is not None
+    expanded = gateway.expand_headers({"AGENT_KEY": "k-1", "USER_ID": "u7", "OTHER": "x"})
+    assert expanded == {"X-Api-Key": "k-1", "Authorization": "Token u7:k-1",
+                        "X-Plain": "v1 $HOME"}
+    assert gateway.headers["X-Api-Key"] == "${AGENT_KEY}"  # the model keeps what was written
+
+
+def test_a_header_variable_that_is_not_set_is_a_clear_error_naming_it() -> None:
+    gateway = parse_manifest(a2a("url: 'http://h:1', headers: {X-Api-Key: '${AGENT_KEY}'}",
+                                 "capabilities: {env: {allow: [AGENT_KEY]}}\n")).agent.a2a
+    assert gateway is not None
+    with pytest.raises(UpstreamHeaderError) as missing:
+        gateway.expand_headers({})
+    assert "AGENT_KEY" in str(missing.value)
+    assert "agent.a2a.headers.X-Api-Key" in str(missing.value)
+
+
+@pytest.mark.parametrize("secret", ["k\r\nX-Injected: 1", "k\nHost: evil", "k\x00", "k\u00e9"])
+def test_header_injection_through_an_environment_value_is_refused_at_expansion(
+        secret: str) -> None:
+    gateway = parse_manifest(a2a("url: 'http://h:1', headers: {X-Api-Key: '${AGENT_KEY}'}",
+                                 "capabilities: {env: {allow: [AGENT_KEY]}}\n")).agent.a2a
+    assert gateway is not None
+    with pytest.raises(UpstreamHeaderError) as refused:
+        gateway.expand_headers({"AGENT_KEY": secret})
+    assert "AGENT_KEY" in str(refused.value) and "X-Api-Key" in str(refused.value)
+    assert secret not in str(refused.value) and "Injected" not in str(refused.value)
+
+
+def test_an_oversized_environment_value_is_refused_at_expansion() -> None:
+    gateway = parse_manifest(a2a("url: 'http://h:1', headers: {X-Api-Key: '${AGENT_KEY}'}",
+                                 "capabilities: {env: {allow: [AGENT_KEY]}}\n")).agent.a2a
+    assert gateway is not None
+    with pytest.raises(UpstreamHeaderError, match="longer than 8192"):
+        gateway.expand_headers({"AGENT_KEY": "k" * 8193})
+    assert gateway.expand_headers({"AGENT_KEY": "k" * 8192})["X-Api-Key"] == "k" * 8192
+
+
+@pytest.mark.parametrize("body, path, message, hint", [
+    ("url: 'http://h:1', command: [x]", "agent.a2a", "exactly one of `command` and `url`",
+     "url: http://host:port"),
+    ("card_path: /card.json", "agent.a2a", "exactly one of `command` and `url`",
+     "command: [program, args...]"),
+    ("url: 'ftp://files.example'", "agent.a2a.url", "`http://` or `https://`",
+     "http://10.0.0.5:9999"),
+    ("url: 'file:///etc/passwd'", "agent.a2a.url", "`http://` or `https://`",
+     "`http` or `https`, a host"),
+    ("url: 'agent.example:9999'", "agent.a2a.url", "`http://` or `https://`",
+     "`http` or `https`, a host"),
+    ("url: 'http://'", "agent.a2a.url", "must name a host", "`http` or `https`, a host"),
+    ("url: 'http://:9999'", "agent.a2a.url", "must name a host", "`http` or `https`, a host"),
+    ("url: 'http://h:99999'", "agent.a2a.url", "valid host and port", "an optional port"),
+    ("url: 'http://h:1/a2a'", "agent.a2a.url", "no path, query or fragment", "no path"),
+    ("url: 'http://h:1?x=1'", "agent.a2a.url", "no path, query or fragment", "no path"),
+    ("url: 'http://h:{port}'", "agent.a2a.url", "holds `{port}`", "use `command`"),
+    ("url: 'http://h:1', colour: blue", "agent.a2a.colour", "is not a key murmur.yaml accepts",
+     "card_path, command, headers, url"),
+    ("url: 'http://h:1', port: 8080", "agent.a2a.port", "is not a key murmur.yaml accepts",
+     "card_path, command, headers, url"),
+    ("command: []", "agent.a2a.command", "must not be empty", '[python3, server.py'),
+    ("command: 'python3 server.py'", "agent.a2a.command", "must be a list", "write a list"),
+    ("command: [python3, 8080]", "agent.a2a.command[1]", "must be text", "write text"),
+    ("command: [python3, '']", "agent.a2a.command[1]", "must not be blank", "write a value"),
+    ("command: {python3: x}", "agent.a2a.command", "must be a list", "write a list"),
+    ("url: 'http://h:1', headers: {'X Api': v}", "agent.a2a.headers.X Api",
+     "not a valid HTTP header name", "`X-Api-Key`"),
+    ("url: 'http://h:1', headers: {'X:Api': v}", "agent.a2a.headers.X:Api",
+     "not a valid HTTP header name", "`X-Api-Key`"),
+    ("url: 'http://h:1', headers: {'': v}", "agent.a2a.headers.", "not a valid HTTP header name",
+     "`X-Api-Key`"),
+    ("url: 'http://h:1', headers: {X-Api: 3}", "agent.a2a.headers.X-Api", "must be text",
+     "write text"),
+    ("url: 'http://h:1', headers: [X-Api]", "agent.a2a.headers", "must be a mapping",
+     "write a mapping"),
+    ("url: 'http://h:1', headers: {X-Api: '${}'}", "agent.a2a.headers.X-Api",
+     "not an environment variable name", "letters, digits and `_`"),
+    ("url: 'http://h:1', headers: {X-Api: '${KEY'}", "agent.a2a.headers.X-Api",
+     "does not start a `${VAR}` reference", "`${NAME}`"),
+    ("url: 'http://h:1', headers: {X-Api: ' v'}", "agent.a2a.headers.X-Api",
+     "white space", "printable text"),
+    ("url: 'http://h:1', card_path: agent-card.json", "agent.a2a.card_path",
+     "must start with one `/`", "`/.well-known/agent-card.json`"),
+    ("url: 'http://h:1', card_path: ''", "agent.a2a.card_path", "must start with one `/`",
+     "`/.well-known/agent-card.json`"),
+    ("url: 'http://h:1', card_path: '/card.json?v=1'", "agent.a2a.card_path",
+     "query or a fragment", "an absolute path"),
+    ("url: 'http://h:1', card_path: '/card.json#x'", "agent.a2a.card_path",
+     "query or a fragment", "an absolute path"),
+])
+def test_a_gateway_refusal_names_the_field_and_what_is_accepted(body: str, path: str,
+                                                                message: str,
+                                                                hint: str) -> None:
+    refused = refusal(a2a(body))
+    assert (refused.code, refused.path) == ("E-MAN-001", path)
+    assert f"`{path}`" in refused.diagnostic.message
+    assert message in refused.diagnostic.message
+    assert hint in refused.diagnostic.hint
+
+
+@pytest.mark.parametrize("agent", ["{python: a:run, a2a: {url: 'http://h:1'}}",
+                                   "{command: [x], a2a: {url: 'http://h:1'}}",
+                                   "{python: a:run, command: [x], a2a: {url: 'http://h:1'}}"])
+def test_an_agent_is_exactly_one_of_python_command_and_a2a(agent: str) -> None:
+    refused = refusal(MINIMAL.replace("{python: coder_agent:run}", agent))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent")
+    assert "exactly one of `python`, `command` and `a2a`" in refused.diagnostic.message
+    assert "a2a: {url: ...}" in refused.diagnostic.hint
+
+
+def test_skills_beside_a2a_are_refused_as_the_upstreams_own() -> None:
+    refused = refusal(MINIMAL.replace("{python: coder_agent:run}",
+                                      "{a2a: {url: 'http://h:1'}, skills: [{id: a, name: A}]}"))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.skills")
+    assert "upstream" in refused.diagnostic.message
+
+
+@pytest.mark.parametrize("value", ['"a\\r\\nX-Injected: 1"', '"a\\nb"', '"a\\rb"', '"a\\x7fb"'])
+def test_header_injection_through_a_crlf_value_in_the_manifest_is_refused(value: str) -> None:
+    refused = refusal(a2a(f"url: 'http://h:1', headers: {{X-Api: {value}}}"))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.a2a.headers.X-Api")
+    assert "line break" in refused.diagnostic.message
+    assert "Injected" not in refused.diagnostic.message + refused.diagnostic.hint
+
+
+def test_reading_an_ungranted_variable_through_a_header_is_refused() -> None:
+    # Only the granted environment reaches the upstream: a header must not reach further.
+    refused = refusal(a2a("url: 'http://h:1', headers: {X-Api-Key: 'k ${AGENT_KEY}', "
+                          "X-Home: '${HOME}'}",
+                          "capabilities: {env: {allow: [AGENT_KEY]}}\n"))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.a2a.headers.X-Home")
+    assert "`${HOME}`" in refused.diagnostic.message
+    assert "capabilities.env.allow" in refused.diagnostic.message
+    assert refused.diagnostic.hint == "add HOME to capabilities.env.allow"
+
+
+def test_a_header_variable_is_refused_when_no_env_grant_is_written() -> None:
+    refused = refusal(a2a("command: [x], headers: {X-Api-Key: '${AGENT_KEY}'}"))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.a2a.headers.X-Api-Key")
+    assert refused.diagnostic.hint == "add AGENT_KEY to capabilities.env.allow"
+
+
+@pytest.mark.parametrize("value", ["Bearer abcdefghijklmnopqrstuvwxyz0123",
+                                   "mft1.abcdefgh.ijklmnop", "x bearer abcdefghijklmnopqrstuvwxyz"])
+def test_a_credential_written_into_a_header_value_is_refused_and_never_quoted(
+        value: str) -> None:
+    refused = refusal(a2a(f"url: 'http://h:1', headers: {{Authorization: '{value}'}}"))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.a2a.headers.Authorization")
+    assert "credential written into murmur.yaml" in refused.diagnostic.message
+    assert "${VAR}" in refused.diagnostic.hint
+    assert "abcdefgh" not in refused.diagnostic.message + refused.diagnostic.hint
+
+
+def test_a_scheme_word_before_a_variable_is_not_taken_for_a_credential() -> None:
+    gateway = parse_manifest(a2a("url: 'http://h:1', headers: {Authorization: "
+                                 "'Bearer ${AGENT_KEY}'}",
+                                 "capabilities: {env: {allow: [AGENT_KEY]}}\n")).agent.a2a
+    assert gateway is not None
+    assert gateway.expand_headers({"AGENT_KEY": "k"}) == {"Authorization": "Bearer k"}
+
+
+@pytest.mark.parametrize("url", ["http://user:s3cret-pass@h:1", "ftp://user:s3cret-pass@h",
+                                 "http://user:s3cret-pass@h:99999"])
+def test_a_password_in_the_url_is_refused_and_never_quoted(url: str) -> None:
+    refused = refusal(a2a(f"url: '{url}'"))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.a2a.url")
+    assert "user or password" in refused.diagnostic.message
+    assert "s3cret" not in refused.diagnostic.message + refused.diagnostic.hint
+
+
+@pytest.mark.parametrize("card_path", ["//evil.example/card.json", "/a/../../card.json",
+                                       "/a/%2e%2e/card.json", "/a/./card.json",
+                                       "/a\\\\..\\\\card.json", "/a b.json"])
+def test_a_card_path_escaping_to_another_host_or_path_is_refused(card_path: str) -> None:
+    refused = refusal(a2a(f"url: 'http://h:1', card_path: \"{card_path}\""))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.a2a.card_path")
+    assert "/.well-known/agent-card.json" in refused.diagnostic.hint
+
+
+@pytest.mark.parametrize("name", ["Host", "content-length", "Transfer-Encoding", "Connection",
+                                  "A2A-Version", "X-Murmur-Caller", "x-murmur-session"])
+def test_smuggling_through_a_framing_or_door_header_is_refused(name: str) -> None:
+    refused = refusal(a2a(f"url: 'http://h:1', headers: {{{name}: x}}"))
+    assert (refused.code, refused.path) == ("E-MAN-001", f"agent.a2a.headers.{name}")
+    assert "the door writes itself" in refused.diagnostic.message
+
+
+def test_a_header_repeated_in_another_case_is_refused() -> None:
+    refused = refusal(a2a("url: 'http://h:1', headers: {X-Api-Key: a, x-api-key: b}"))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.a2a.headers.x-api-key")
+    assert "`X-Api-Key`" in refused.diagnostic.message
+
+
+def test_too_many_or_too_long_headers_are_refused() -> None:
+    many = ", ".join(f"X-H{index}: v" for index in range(33))
+    refused = refusal(a2a(f"url: 'http://h:1', headers: {{{many}}}"))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.a2a.headers")
+    assert "more than 32" in refused.diagnostic.message
+    assert parse_manifest(a2a("url: 'http://h:1', headers: {"
+                              + ", ".join(f"X-H{index}: v" for index in range(32)) + "}"))
+    refused = refusal(a2a(f"url: 'http://h:1', headers: {{X-Long: '{'v' * 8193}'}}"))
+    assert refused.path == "agent.a2a.headers.X-Long"
+    refused = refusal(a2a(f"url: 'http://h:1', headers: {{{'X' * 129}: v}}"))
+    assert refused.code == "E-MAN-001" and "at most 128" in refused.diagnostic.message
+    refused = refusal(a2a(f"url: 'http://h{'o' * 2048}.example'"))
+    assert refused.path == "agent.a2a.url" and "longer than 2048" in refused.diagnostic.message
+
+
+def test_a_gateway_names_no_file_for_pack_and_install_to_check() -> None:
+    manifest = parse_manifest(GATEWAY_EXAMPLE)
+    assert referenced_files(manifest) == []
+    check_files(manifest, set(), "murmur.yaml")  # nothing to find: never E-MAN-004
+
+
+def test_a_gateway_capsule_is_packed_installed_and_admitted_unchanged(tmp_path: Path) -> None:
+    source, project = tmp_path / "relay", tmp_path / "project"
+    source.mkdir()
+    project.mkdir()
+    (source / "murmur.yaml").write_text(GATEWAY_EXAMPLE + "network: {authentication: {}}\n")
+    (source / "server.py").write_text("print('an A2A server')\n")
+    installed, _ = install(pack(source, tmp_path / "relay.mur.zip").path, project)
+    (project / "roster.yaml").write_text(
+        "roster_version: 1\nmembers:\n"
+        "  - {name: relay, capsule: local/relay, version: 1.0.0, entry: true}\n")
+    admitted = admit(project)
+    member = admitted.member("relay")
+    assert member.sha256 == installed.sha256
+    assert member.manifest.agent.kind == "a2a"
+    assert member.manifest.agent.a2a == parse_manifest(GATEWAY_EXAMPLE).agent.a2a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ from launcher.member.capsule import (
     python_agent,
 )
 from tests.support.door import OPERATOR, member, user_message
+from tests.support.member import install_capsule, member_env, start_member
 
 
 def capsule(tmp_path: Path, source: str, *, files: dict[str, str] | None = None) -> tuple[
@@ -136,9 +138,51 @@ def test_an_agent_module_symlinked_out_of_the_capsule_is_not_loaded(tmp_path: Pa
 
 def test_load_agent_wants_exactly_one_kind(tmp_path: Path) -> None:
     with pytest.raises(CapsuleError, match="exactly one"):
-        load_agent(tmp_path)
-    with pytest.raises(CapsuleError, match="exactly one"):
         load_agent(tmp_path, python="a:run", command=["true"])
+
+
+def test_a_gateway_member_is_refused_as_not_served_yet(tmp_path: Path) -> None:
+    # An `agent.a2a` manifest gives neither python nor command.
+    with pytest.raises(CapsuleError, match=r"gateway member \(`agent.a2a`\).*not serve yet"):
+        load_agent(tmp_path)
+
+
+A2A_CAPSULE = """\
+manifest_version: 1
+name: relay
+version: 1.0.0
+agent:
+  a2a:
+    command: [python3, server.py, --port, "{port}"]
+    headers: {X-Api-Key: "${AGENT_KEY}"}
+network: {authentication: {}}
+capabilities: {env: {allow: [AGENT_KEY]}}
+"""
+
+
+def test_mur_run_of_a_gateway_member_fails_with_e_run_043(tmp_path: Path,
+                                                          murmur_home: Path) -> None:
+    source, project = tmp_path / "relay", tmp_path / "project"
+    source.mkdir()
+    project.mkdir()
+    (source / "murmur.yaml").write_text(A2A_CAPSULE)
+    (source / "server.py").write_text("raise SystemExit('the upstream must not start')\n")
+    install_capsule(project, source)  # admitted unchanged by pack and install
+    process = start_member(project, "local/relay", "--json", env=member_env(
+        murmur_home, AGENT_KEY="not-a-real-key"))
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == 1
+    refusal = next(json.loads(line) for line in err.decode().splitlines()
+                   if line.startswith("{") and '"E-RUN-043"' in line)
+    assert refusal["path"] == "agent"
+    assert "gateway member (`agent.a2a`)" in refusal["message"]
+    assert "not serve yet" in refusal["message"]
+    assert "must not start" not in err.decode()  # the upstream was never started
 
 
 # --- the TaskContext ---------------------------------------------------------------
