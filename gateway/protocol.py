@@ -96,3 +96,6 @@ MEMBER_NAME_RE: Final = re.compile(f"^{MEMBER_NAME_PATTERN}$")
 #: ``name=http://name.formation.invalid`` pairs, in roster order, for the members an
 #: agent may call; absent when it may call nobody.
 PEERS_ENV: Final = "MURMUR_FORMATION_PEERS"
+#: The URL of a member's forward proxy (``http://murmur:<secret>@127.0.0.1:<port>``), set
+#: in an agent process's environment beside ``HTTP_PROXY`` and friends.
+PROXY_ENV: Final = "MURMUR_PROXY"

@@ -5,7 +5,8 @@ module and never each other's for a name.
 In this order: the home, what the launcher hands a member (its formation id, the two
 descriptors, how to print diagnostics, its work folder), what a member hands its agent,
 what the launcher tells a member it already reported, and the hooks only tests set.
-``MURMUR_FORMATION_PEERS`` is a wire name (``gateway.protocol``) and is re-exported here.
+``MURMUR_FORMATION_PEERS`` and ``MURMUR_PROXY`` are wire names (``gateway.protocol``) and
+are re-exported here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from gateway.protocol import PEERS_ENV as PEERS_ENV
+from gateway.protocol import PROXY_ENV as PROXY_ENV
 
 #: The root of every store and record (default ``~/.murmur``).
 HOME_ENV: Final = "MURMUR_HOME"
