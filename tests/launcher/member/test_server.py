@@ -104,6 +104,27 @@ async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
         return b""
 
 
+async def trickled_until_cut(reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> bool:
+    """Send 10 bytes every 0.1 s (5 s at most, less than a 1000-byte body needs) until
+    the server closes the connection; True when it did."""
+    cut = False
+    for _ in range(50):
+        try:
+            writer.write(b"x" * 10)
+            await writer.drain()
+            if await asyncio.wait_for(reader.read(1), 0.1) == b"":
+                cut = True
+                break
+        except TimeoutError:
+            continue
+        except ConnectionError:
+            cut = True
+            break
+    writer.close()
+    return cut
+
+
 async def healthz(port: int, seconds: float = 3.0) -> int:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=seconds) as c:
         return (await c.get("/healthz")).status_code
@@ -276,21 +297,8 @@ async def test_body_trickled_past_the_body_timeout_is_cut() -> None:
         reader, writer = await connect(port)
         writer.write(b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
         began = time.monotonic()
-        cut = False
-        for _ in range(50):  # 10 bytes every 0.1 s: 5 s at most, the body needs 10 s
-            try:
-                writer.write(b"x" * 10)
-                await writer.drain()
-                if await asyncio.wait_for(reader.read(1), 0.1) == b"":
-                    cut = True
-                    break
-            except TimeoutError:
-                continue
-            except ConnectionError:
-                cut = True
-                break
-        writer.close()
-        assert cut and time.monotonic() - began < 3.0
+        assert await trickled_until_cut(reader, writer)
+        assert time.monotonic() - began < 3.0
         async with asyncio.timeout(2):
             while probe.disconnects == 0:
                 await asyncio.sleep(0.01)
@@ -307,21 +315,8 @@ async def test_body_nobody_reads_trickled_after_the_answer_is_closed_in_the_head
         assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\nok"), 5)).startswith(
             b"HTTP/1.1 200 ")
         began = time.monotonic()
-        cut = False
-        for _ in range(50):  # 10 bytes every 0.1 s: 5 s at most
-            try:
-                writer.write(b"x" * 10)
-                await writer.drain()
-                if await asyncio.wait_for(reader.read(1), 0.1) == b"":
-                    cut = True
-                    break
-            except TimeoutError:
-                continue
-            except ConnectionError:
-                cut = True
-                break
-        writer.close()
-        assert cut and time.monotonic() - began < 3.0
+        assert await trickled_until_cut(reader, writer)
+        assert time.monotonic() - began < 3.0
 
 
 async def test_keep_alive_caller_pausing_between_requests_is_not_cut() -> None:
