@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
@@ -99,12 +100,23 @@ def _skill(skill: Skill) -> dict[str, Any]:
     return entry
 
 
+#: How a card is made from what the door knows: :func:`build_card`, or for a gateway
+#: member the upstream's card merged with the door's (``gateway.relay``).
+CardBuilder = Callable[[CardInfo, bool], dict[str, Any]]
+
+
+def _build_card(info: CardInfo, authenticated: bool) -> dict[str, Any]:
+    return build_card(info, authenticated=authenticated)
+
+
 class CardRoute:
     """``GET /.well-known/agent-card.json`` with HTTP caching."""
 
-    def __init__(self, info: CardInfo, *, authenticated: bool) -> None:
+    def __init__(self, info: CardInfo, *, authenticated: bool,
+                 build: CardBuilder = _build_card) -> None:
         self._info = info
         self._authenticated = authenticated
+        self._build = build
         self._rebuild(info)
 
     @property
@@ -121,7 +133,7 @@ class CardRoute:
 
     def _rebuild(self, info: CardInfo) -> None:
         self._info = info
-        self._card = build_card(info, authenticated=self._authenticated)
+        self._card = self._build(info, self._authenticated)
         self._body = dumps(self._card)
         self._etag = b'"' + hashlib.sha256(self._body).hexdigest()[:32].encode("ascii") + b'"'
         self._modified_seconds = int(time.time())
@@ -161,3 +173,36 @@ def _etag_matches(if_none_match: bytes, etag: bytes) -> bool:
         if candidate == b"*" or candidate.removeprefix(b"W/") == etag:
             return True
     return False
+
+
+#: What a gateway member's card takes from its upstream's card, as it is there
+#: (DESIGN.md section 13); everything else is the door's.
+UPSTREAM_CARD_FIELDS = ("name", "description", "version", "skills", "defaultInputModes",
+                        "defaultOutputModes", "provider", "documentationUrl", "iconUrl")
+
+
+def merged_card(upstream: dict[str, Any], info: CardInfo, *,
+                authenticated: bool) -> dict[str, Any]:
+    """A gateway member's card: the upstream's name, description, version, skills, modes,
+    provider and streaming, with the door's ``supportedInterfaces``, security schemes and
+    session extension, push notifications off, and no signature of the upstream's (it
+    signed another card). A field the upstream leaves out, or gives in the wrong shape,
+    is the door's own."""
+    card = build_card(info, authenticated=authenticated)
+    for key in UPSTREAM_CARD_FIELDS:
+        value = upstream.get(key)
+        if value is None:
+            continue
+        if key in ("skills", "defaultInputModes", "defaultOutputModes"):
+            if not isinstance(value, list):
+                continue
+        elif key == "provider":
+            if not isinstance(value, dict):
+                continue
+        elif not isinstance(value, str):
+            continue
+        card[key] = value
+    capabilities = upstream.get("capabilities")
+    streaming = capabilities.get("streaming") if isinstance(capabilities, dict) else None
+    card["capabilities"] = {**card["capabilities"], "streaming": streaming is True}
+    return card

@@ -9,9 +9,10 @@ Routes (pure ASGI, matched on the path with runs of ``/`` collapsed, as DoorAuth
 * ``GET /healthz``: ``200 ok``, naming nothing.
 
 The :class:`Door` it returns is what the member runtime drives: the ASGI ``app``, the
-task ``store``, the ``trace`` bus, ``stop_requested`` (``murmur.StopSession`` and
-``after_task: exit`` set it), the wind-down for SIGTERM, and in-process tasks for
-``mur run --task``.
+member's ``tasks`` (:class:`DoorTasks`: :class:`LocalTasks` over a task ``store`` here, or a
+gateway member's relay, :func:`gateway.relay.build_gateway_door`), the ``trace`` bus,
+``stop_requested`` (``murmur.StopSession`` and ``after_task: exit`` set it), the
+wind-down for SIGTERM, and in-process tasks for ``mur run --task``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.agent_card import CardInfo, CardRoute
 from gateway.auth import AuthPolicy, DoorAuth
@@ -70,31 +71,129 @@ class DoorSettings:
     max_finished_bytes: int = DEFAULT_MAX_FINISHED_BYTES
 
 
-class Door:
-    """One member's door and the handles the member runtime needs on it."""
+class DoorTasks(Protocol):
+    """What stands behind a door's JSON-RPC endpoint: the tasks of this member. Two
+    kinds: :class:`LocalTasks` (the agent runs here, in a :class:`TaskStore`) and the
+    relay of a gateway member (:class:`gateway.relay.RelayTasks`, the tasks run in the
+    upstream A2A server). The member runtime drives either through :class:`Door`."""
+
+    #: The JSON-RPC endpoint serving these tasks (``POST /``).
+    endpoint: ASGIApp
+
+    @property
+    def held(self) -> int:
+        """The tasks the member holds now (running, waiting, or in flight)."""
+
+    def on_stop(self, listener: Callable[[str], None]) -> None: ...
+    def on_task_end(self, listener: TaskListener) -> None: ...
+    def request_stop(self, reason: str) -> None: ...
+    async def submit(self, text: str, caller: Caller) -> str: ...
+    def task(self, task_id: str) -> dict[str, Any]: ...
+    async def result(self, task_id: str) -> dict[str, Any]: ...
+    def cancel(self, task_id: str, reason: str | None) -> None: ...
+    def close_gate(self) -> None: ...
+    def refuse_queued(self, reason: str) -> int: ...
+    def cancel_running(self, reason: str) -> int: ...
+    async def drained(self) -> None: ...
+    async def aclose(self) -> None: ...
+
+
+class LocalTasks:
+    """The tasks of a member whose agent runs in this process: the door's TaskStore and
+    the JSON-RPC endpoint over it."""
 
     def __init__(self, agent: AgentFn, settings: DoorSettings, policy: AuthPolicy,
                  trace: TraceBus) -> None:
-        self.settings = settings
-        self.policy = policy
-        self.trace = trace
         self.store = TaskStore(agent, settings.gate, trace,
                                max_finished=settings.max_finished_tasks,
                                max_finished_bytes=settings.max_finished_bytes)
+        self.endpoint: ASGIApp = RpcEndpoint(self.store, trace, max_body=policy.max_body,
+                                             stop=self.store.request_stop)
+
+    @property
+    def held(self) -> int:
+        return self.store.held
+
+    def on_stop(self, listener: Callable[[str], None]) -> None:
+        self.store.on_stop(listener)
+
+    def on_task_end(self, listener: TaskListener) -> None:
+        self.store.on_task_end(listener)
+
+    def request_stop(self, reason: str) -> None:
+        self.store.request_stop(reason)
+
+    def submit_now(self, text: str, caller: Caller) -> str:
+        message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": text}]}
+        record = self.store.send(message, caller)
+        record.revealed = True
+        return record.id
+
+    async def submit(self, text: str, caller: Caller) -> str:
+        return self.submit_now(text, caller)
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return self.store.visible(task_id, OPERATOR_CALLER).snapshot()
+
+    async def result(self, task_id: str) -> dict[str, Any]:
+        record = self.store.visible(task_id, OPERATOR_CALLER)
+        await self.store.settled(record, interrupted=False)
+        return record.snapshot()
+
+    def cancel(self, task_id: str, reason: str | None) -> None:
+        self.store.cancel(self.store.visible(task_id, OPERATOR_CALLER), reason)
+
+    def close_gate(self) -> None:
+        self.store.close_gate()
+
+    def refuse_queued(self, reason: str) -> int:
+        return self.store.refuse_queued(reason)
+
+    def cancel_running(self, reason: str) -> int:
+        return self.store.cancel_running(reason)
+
+    async def drained(self) -> None:
+        await self.store.drained()
+
+    async def aclose(self) -> None:
+        return None
+
+
+class Door:
+    """One member's door and the handles the member runtime needs on it: the routes,
+    DoorAuth in front, and the member's tasks (:class:`DoorTasks`) behind."""
+
+    def __init__(self, tasks: DoorTasks, settings: DoorSettings, policy: AuthPolicy,
+                 trace: TraceBus, card: CardRoute) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.trace = trace
+        self.tasks = tasks
         #: Set when the session should end: ``murmur.StopSession`` or ``after_task: exit``.
         self.stop_requested = asyncio.Event()
         self.stop_reason: str | None = None
         self._stop_callbacks: list[Callable[[str], None]] = []
-        self.store.on_stop(self._stopping)
-        self._card = CardRoute(settings.card, authenticated=policy.authenticated)
-        self._rpc = RpcEndpoint(self.store, trace, max_body=policy.max_body,
-                                stop=self.request_stop)
+        tasks.on_stop(self._stopping)
+        self._card = card
+        self._rpc = tasks.endpoint
         self._out_root = (os.path.realpath(settings.out_dir)
                           if settings.out_dir is not None else None)
         #: The A2A app without DoorAuth (for benchmarks and tests that set the Caller).
         self.inner_app: ASGIApp = _DoorApp(self)
         #: The door as served: DoorAuth in front of the A2A app.
         self.app: ASGIApp = DoorAuth(self.inner_app, policy)
+
+    @property
+    def store(self) -> TaskStore:
+        """The task store of a door whose agent runs here (not a gateway member's)."""
+        if not isinstance(self.tasks, LocalTasks):
+            raise TypeError("a gateway member's door has no local task store")
+        return self.tasks.store
+
+    @property
+    def held(self) -> int:
+        """The tasks the member holds now."""
+        return self.tasks.held
 
     # --- control ---------------------------------------------------------------------
 
@@ -113,11 +212,11 @@ class Door:
 
     def on_task_end(self, listener: TaskListener) -> None:
         """Call ``listener(task)`` with each task's final Task dict."""
-        self.store.on_task_end(listener)
+        self.tasks.on_task_end(listener)
 
     def request_stop(self, reason: str) -> None:
         """Ask the session to stop: ``stop_requested`` is set, callbacks run."""
-        self.store.request_stop(reason)
+        self.tasks.request_stop(reason)
 
     def _stopping(self, reason: str) -> None:
         self.stop_reason = reason
@@ -131,37 +230,40 @@ class Door:
     def submit(self, text: str, *, caller: Caller = OPERATOR_CALLER) -> str:
         """Put a task on this door in-process (``mur run --task``), through the gate like
         any SendMessage; returns its id. ListTasks lists it and CancelTask reaches it.
-        Raises ``RpcError`` (``-32050``) when the gate refuses it. Call it in the loop."""
-        message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": text}]}
-        record = self.store.send(message, caller)
-        record.revealed = True
-        return record.id
+        Raises ``RpcError`` (``-32050``) when the gate refuses it. Call it in the loop.
+        A local door only; :meth:`start_task` serves both kinds."""
+        if not isinstance(self.tasks, LocalTasks):
+            raise TypeError("a gateway member's door takes tasks with start_task()")
+        return self.tasks.submit_now(text, caller)
+
+    async def start_task(self, text: str, *, caller: Caller = OPERATOR_CALLER) -> str:
+        """:meth:`submit` for either kind of door (a gateway member's task is started in
+        its upstream, which takes a request)."""
+        return await self.tasks.submit(text, caller)
 
     def task(self, task_id: str) -> dict[str, Any]:
         """The Task ``task_id`` as the operator sees it (``RpcError`` -32001 if unknown)."""
-        return self.store.visible(task_id, OPERATOR_CALLER).snapshot()
+        return self.tasks.task(task_id)
 
     async def result(self, task_id: str) -> dict[str, Any]:
         """Wait until task ``task_id`` ends and return its final Task dict."""
-        record = self.store.visible(task_id, OPERATOR_CALLER)
-        await self.store.settled(record, interrupted=False)
-        return record.snapshot()
+        return await self.tasks.result(task_id)
 
     def cancel(self, task_id: str, reason: str | None = None) -> None:
         """Cancel task ``task_id`` as the operator would (``RpcError`` -32002 if ended)."""
-        self.store.cancel(self.store.visible(task_id, OPERATOR_CALLER), reason)
+        self.tasks.cancel(task_id, reason)
 
     def close_gate(self) -> None:
         """Take no new task from now on (``-32050`` to every new SendMessage)."""
-        self.store.close_gate()
+        self.tasks.close_gate()
 
     def refuse_queued(self, reason: str = "the member is shutting down") -> int:
         """End every waiting task TASK_STATE_REJECTED with ``reason``; how many."""
-        return self.store.refuse_queued(reason)
+        return self.tasks.refuse_queued(reason)
 
     def cancel_all(self, reason: str = "the member is shutting down") -> int:
         """Cancel every running task (TASK_STATE_CANCELED, its agent cancelled); how many."""
-        return self.store.cancel_running(reason)
+        return self.tasks.cancel_running(reason)
 
     def wind_down(self, reason: str = "the member is shutting down") -> tuple[int, int]:
         """SIGTERM, lifeline or deadline: close the gate, refuse the queued tasks, cancel
@@ -177,7 +279,11 @@ class Door:
 
     async def drained(self) -> None:
         """Wait until no agent code runs any more (bound it with ``asyncio.wait_for``)."""
-        await self.store.drained()
+        await self.tasks.drained()
+
+    async def aclose(self) -> None:
+        """Let go of what the tasks hold (a gateway member's upstream connections)."""
+        await self.tasks.aclose()
 
     # --- routing -----------------------------------------------------------------------
 
@@ -306,8 +412,10 @@ def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | N
     """One member's door: ``agent`` runs each task, ``settings`` say what the card shows
     and how the gate holds tasks, ``policy`` is what DoorAuth accepts (default: a public
     door), ``trace`` receives the door's trace records (default: a new bus)."""
-    return Door(agent, settings, policy if policy is not None else AuthPolicy(),
-                trace if trace is not None else TraceBus())
+    policy = policy if policy is not None else AuthPolicy()
+    trace = trace if trace is not None else TraceBus()
+    card = CardRoute(settings.card, authenticated=policy.authenticated)
+    return Door(LocalTasks(agent, settings, policy, trace), settings, policy, trace, card)
 
 
 async def _error(send: Send, status: int, code: str, message: str) -> None:

@@ -8,6 +8,10 @@ raises on purpose with one ``except``, and the tree (as httpx draws its own):
     │                                 (also a ValueError)
     ├── BodyTooLarge ................ http_io, auth: a request body past the door's bound
     ├── RpcError .................... jsonrpc: a JSON-RPC error answer, by its table row
+    │   └── UpstreamError ........... upstream: a gateway member's upstream's own JSON-RPC
+    │                                 error, passed through as it came
+    ├── UpstreamCardError ........... upstream: an upstream's card no door can stand in
+    │                                 front of (no JSONRPC 1.0 interface, no card)
     ├── RequestError ................ jsonrpc: a request that cannot be served, with its id
     ├── TaskEndedError .............. tasks: an agent reported on a task that has ended
     │                                 (also a RuntimeError)

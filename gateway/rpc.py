@@ -89,35 +89,27 @@ def _validate(model: type[M], params: dict[str, Any]) -> M:
         raise invalid_params(exc) from exc
 
 
-class RpcEndpoint:
-    """``POST /``: one JSON-RPC request per HTTP request. ``keepalive``: the longest a
-    stream stays silent, in seconds, before a comment (default
-    :data:`SSE_KEEPALIVE_SECONDS`)."""
+class JsonRpcEndpoint:
+    """``POST /``: one JSON-RPC request per HTTP request, judged in the order of the
+    module docstring, then handed to the method's handler. A subclass fills
+    ``_unary`` and ``_streaming`` (the local task store here, the relay in
+    :mod:`gateway.relay`); ``murmur.StopSession`` and ``murmur.WatchSession`` are the
+    session's own and the same for both. ``keepalive``: the longest a stream stays
+    silent, in seconds, before a comment (default :data:`SSE_KEEPALIVE_SECONDS`)."""
 
-    def __init__(self, store: TaskStore, trace: TraceBus, *, max_body: int,
-                 stop: Callable[[str], None], keepalive: float | None = None) -> None:
+    def __init__(self, trace: TraceBus, *, max_body: int, stop: Callable[[str], None],
+                 keepalive: float | None = None) -> None:
         # Read when the endpoint is built, so the module default is the one place to
         # change it (a test sets it small).
         keepalive = SSE_KEEPALIVE_SECONDS if keepalive is None else keepalive
         if not keepalive > 0:
             raise ValueError(f"keepalive must be a positive number of seconds, got {keepalive!r}")
-        self._store = store
         self._trace = trace
         self._max_body = max_body
         self._stop = stop
         self._keepalive = _KeepAlive(keepalive)
-        self._unary: dict[str, Unary] = {
-            "SendMessage": self.send_message,
-            "GetTask": self.get_task,
-            "CancelTask": self.cancel_task,
-            "ListTasks": self.list_tasks,
-            "murmur.StopSession": self.stop_session,
-        }
-        self._streaming: dict[str, Streaming] = {
-            "SendStreamingMessage": self.send_streaming_message,
-            "SubscribeToTask": self.subscribe_to_task,
-            "murmur.WatchSession": self.watch_session,
-        }
+        self._unary: dict[str, Unary] = {"murmur.StopSession": self.stop_session}
+        self._streaming: dict[str, Streaming] = {"murmur.WatchSession": self.watch_session}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id: RequestId = None
@@ -155,6 +147,46 @@ class RpcEndpoint:
             log.exception("JSON-RPC request %s failed", _loggable_id(request_id))
             answer = encode_error(request_id, RpcError("INTERNAL_ERROR"))
         await send_json(send, status, answer)
+
+    # --- murmur methods ----------------------------------------------------------------
+
+    async def stop_session(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        _operator_only(caller, "murmur.StopSession")
+        # After this answer is on its way: the runtime may start ending at once.
+        asyncio.get_running_loop().call_soon(self._stop, "stop_session")
+        return {"stopping": True}
+
+    async def watch_session(self, params: dict[str, Any],
+                            caller: Caller) -> AsyncIterator[dict[str, Any]]:
+        _operator_only(caller, "murmur.WatchSession")
+        return self._trace_records()
+
+    async def _trace_records(self) -> AsyncIterator[dict[str, Any]]:
+        subscription = self._trace.subscribe()
+        try:
+            async for record in subscription:
+                yield record
+        finally:
+            subscription.close()
+
+
+class RpcEndpoint(JsonRpcEndpoint):
+    """The JSON-RPC endpoint of a door whose tasks run here, in ``store``."""
+
+    def __init__(self, store: TaskStore, trace: TraceBus, *, max_body: int,
+                 stop: Callable[[str], None], keepalive: float | None = None) -> None:
+        super().__init__(trace, max_body=max_body, stop=stop, keepalive=keepalive)
+        self._store = store
+        self._unary.update({
+            "SendMessage": self.send_message,
+            "GetTask": self.get_task,
+            "CancelTask": self.cancel_task,
+            "ListTasks": self.list_tasks,
+        })
+        self._streaming.update({
+            "SendStreamingMessage": self.send_streaming_message,
+            "SubscribeToTask": self.subscribe_to_task,
+        })
 
     # --- A2A methods -------------------------------------------------------------------
 
@@ -221,28 +253,6 @@ class RpcEndpoint:
             raise RpcError("UNSUPPORTED_OPERATION",
                            f"the task has ended ({record.state}); read it with GetTask")
         return TaskEventStream(self._store, record, None, until_interrupted=False)
-
-    # --- murmur methods ----------------------------------------------------------------
-
-    async def stop_session(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        _operator_only(caller, "murmur.StopSession")
-        # After this answer is on its way: the runtime may start ending at once.
-        asyncio.get_running_loop().call_soon(self._stop, "stop_session")
-        return {"stopping": True}
-
-    async def watch_session(self, params: dict[str, Any],
-                            caller: Caller) -> AsyncIterator[dict[str, Any]]:
-        _operator_only(caller, "murmur.WatchSession")
-        return self._trace_records()
-
-    async def _trace_records(self) -> AsyncIterator[dict[str, Any]]:
-        subscription = self._trace.subscribe()
-        try:
-            async for record in subscription:
-                yield record
-        finally:
-            subscription.close()
-
 
 class TaskEventStream:
     """The Task as it is when the stream opens, then every change to it, until it ends

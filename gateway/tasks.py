@@ -235,7 +235,7 @@ class TaskStore:
 
     def list_tasks(self, caller: Caller, request: ListTasksRequest) -> dict[str, Any]:
         """ListTasks: the caller's tasks, newest status first, cursor-paginated."""
-        after_ns = _parse_timestamp(request.status_timestamp_after)
+        after_ns = parse_status_time(request.status_timestamp_after)
         chosen = [
             record for record in self._tasks.values()
             if _may_see(caller, record)
@@ -247,7 +247,7 @@ class TaskStore:
         page_size = request.page_size or DEFAULT_PAGE_SIZE
         start = 0
         if request.page_token:
-            cursor = _decode_cursor(request.page_token)
+            cursor = decode_cursor(request.page_token)
             while start < len(chosen) and (chosen[start].updated_ns, chosen[start].id) >= cursor:
                 start += 1
         page = chosen[start:start + page_size]
@@ -258,7 +258,7 @@ class TaskStore:
         for record in page:
             record.revealed = True
             tasks.append(record.snapshot(history, include_artifacts=request.include_artifacts))
-        next_token = _encode_cursor(page[-1].updated_ns, page[-1].id) if more and page else ""
+        next_token = encode_cursor(page[-1].updated_ns, page[-1].id) if more and page else ""
         return {"tasks": tasks, "nextPageToken": next_token, "pageSize": page_size,
                 "totalSize": len(chosen)}
 
@@ -683,12 +683,12 @@ def _may_see(caller: Caller, record: TaskRecord) -> bool:
     return acts_as_operator(caller) or caller.credential.owner == record.owner
 
 
-def _encode_cursor(updated_ns: int, task_id: str) -> str:
+def encode_cursor(updated_ns: int, task_id: str) -> str:
     raw = f"{updated_ns}:{task_id}".encode("ascii")
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def _decode_cursor(token: str) -> tuple[int, str]:
+def decode_cursor(token: str) -> tuple[int, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
         stamp, task_id = raw.split(":", 1)
@@ -699,7 +699,7 @@ def _decode_cursor(token: str) -> tuple[int, str]:
                        "pass the nextPageToken of the previous page") from exc
 
 
-def _parse_timestamp(value: str | None) -> int | None:
+def parse_status_time(value: str | None) -> int | None:
     if not value:
         return None
     try:

@@ -349,8 +349,7 @@ TABLE: tuple[CodeEntry, ...] = (
         "{capsule} {version} cannot be run: {problem}",
         "correct the capsule's murmur.yaml or agent, pack and install it again",
         "The capsule's python agent does not import or is not an async callable, its "
-        "command is not found, a `capabilities.network.allow` entry is not a host, or the "
-        "capsule is a gateway member (`agent.a2a`), which this runtime does not serve yet.",
+        "command is not found, or a `capabilities.network.allow` entry is not a host.",
         "murmur-door",
     ),
     CodeEntry(
@@ -421,6 +420,30 @@ TABLE: tuple[CodeEntry, ...] = (
         "serving and prints the code once per file until a write of it succeeds again, and "
         "a `--task` session whose final result cannot be written exits 1 with this code "
         "(its answer is still printed on stdout).",
+        "murmur-door",
+    ),
+    CodeEntry(
+        "E-RUN-049", "error",
+        "A gateway member's A2A server did not come up",
+        "the A2A server of {capsule} {version} did not come up: {problem}",
+        "{fix}",
+        "A gateway member (`agent.a2a`) prints its readiness line only once its upstream "
+        "serves an agent card with a JSONRPC interface for A2A 1.0. This code says what "
+        "happened instead: `agent.a2a.command` cannot be started, it exited before it "
+        "served its card (with its exit status), the card was not served within 120 "
+        "seconds, the card is not a card or offers no JSONRPC 1.0 interface (naming the "
+        "interfaces it offers), or a `${VAR}` of `agent.a2a.headers` is not set.",
+        "murmur-door",
+    ),
+    CodeEntry(
+        "E-RUN-050", "error",
+        "A gateway member's A2A server exited",
+        "the A2A server of {capsule} {version} exited on its own ({status}); the member "
+        "ended",
+        "its output above, behind the member's name, says why it stopped; run it again",
+        "An upstream started with `agent.a2a.command` that exits while the member serves "
+        "ends the member `failed` with this code and its exit status (a formation then "
+        "ends as it does when any member fails). Its tasks end with it.",
         "murmur-door",
     ),
     CodeEntry(

@@ -3,8 +3,9 @@ sees, the multi-turn loop, and the harness that runs a ``command`` agent.
 
 * ``python: module:run`` is ``async def run(task) -> str | None``, called once per turn in
   the member's own process with a :class:`TaskContext`.
-* ``command: [argv...]`` runs once per task: the task text on stdin, ``MURMUR_TASK_ID`` in
-  its environment, its stdout the result; a non-zero exit fails the task; CancelTask
+* ``command: [argv...]`` runs once per task: the task text on stdin, ``MURMUR_TASK_ID``,
+  ``MURMUR_FORMATION_PEERS`` and the forward proxy's variables in its environment, its
+  stdout the result; a non-zero exit fails the task; CancelTask
   terminates its process group (SIGTERM, then SIGKILL after a bound).
 
 Both become a gateway ``AgentFn`` (``async (TaskRun) -> str | None``) for ``build_door``.
@@ -33,7 +34,7 @@ from pydantic import ValidationError
 
 from gateway.a2a import Part
 from gateway.tasks import AgentFn, TaskRun, message_text
-from launcher.env_names import PEERS_ENV, TASK_ID_ENV
+from launcher.env_names import TASK_ID_ENV
 from launcher.errors import LauncherError
 
 __all__ = [
@@ -379,7 +380,9 @@ def command_agent(argv: Sequence[str], capsule_dir: Path,
                                "install it or give its full path")
         program = found
     command = [program, *argv[1:]]
-    base_env = {key: value for key, value in environment.env.items() if key != PEERS_ENV}
+    # capabilities.env.allow, MURMUR_FORMATION_PEERS and the forward proxy's variables:
+    # a shell script calls a member with `curl "$peer_url"` through $HTTP_PROXY.
+    base_env = dict(environment.env)
     if environment.home is not None:
         base_env.setdefault("HOME", str(environment.home))
     if environment.tmp is not None:
@@ -444,13 +447,12 @@ def load_agent(capsule_dir: Path, *, python: str | None = None,
                environment: AgentEnvironment = AgentEnvironment(),
                calls_factory: CallsFactory | None = None) -> AgentFn:
     """The capsule's agent as a gateway AgentFn: exactly one of ``python`` (``module:run``)
-    and ``command`` (argv). A ``command`` agent gets no calls object and cannot call
-    members. Neither is a gateway member (``agent.a2a``, the one other kind a manifest
-    admits), which this runtime refuses to serve until its relay exists."""
+    and ``command`` (argv). A ``command`` agent gets no calls object: it calls members
+    with any HTTP client through the forward proxy its environment names. A gateway
+    member (``agent.a2a``) has no AgentFn: its door relays to its upstream."""
     if python is None and command is None:
-        raise CapsuleError("it is a gateway member (`agent.a2a`), which this runtime does "
-                           "not serve yet (the relay is not built); give the capsule a "
-                           "`python` or `command` agent meanwhile")
+        raise CapsuleError("the agent must have one of python and command (an `agent.a2a` "
+                           "member is served by the relay, not loaded)")
     if python is not None and command is not None:
         raise CapsuleError("the agent must have exactly one of python and command")
     if python is not None:

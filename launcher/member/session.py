@@ -28,8 +28,9 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gateway.auth import AuthPolicy
 from gateway.credentials import OperatorToken
 from gateway.door import Door, DoorSettings, build_door
 from gateway.jsonrpc import RpcError
@@ -79,8 +80,14 @@ from launcher.records import (
 from launcher.store import InstalledArtifact, unpack
 from launcher.trace import TraceWriter, timestamp
 
+if TYPE_CHECKING:  # imported when a member needs them: httpx and aiohttp cost a start CPU
+    from gateway.forward_proxy import ForwardProxy
+    from launcher.member.upstream import Upstream
+
 #: How long the wind-down waits for agent code to stop after it was cancelled.
 DRAIN_SECONDS = 15.0
+#: How long ending a gateway member's upstream may take (SIGTERM, SIGKILL 5 s later).
+UPSTREAM_STOP_SECONDS = 11.0
 #: How long the door may take to answer its first /healthz.
 HEALTH_SECONDS = 10.0
 #: How long uvicorn may take to close its connections at the end.
@@ -151,7 +158,11 @@ class MemberSession:
         self._server_task: asyncio.Task[None] | None = None
         self._directory: DoorDirectory | None = None
         self._seam: CallsSeam | None = None
+        self._forward: ForwardProxy | None = None
+        self._upstream: Upstream | None = None
         self._live: dict[str, str] = {}
+        #: The trust class of each task the member holds (for the forward proxy).
+        self._trusts: dict[str, str] = {}
         #: Files whose last write failed and was reported (E-RUN-048 is printed once).
         self._unwritten: set[str] = set()
         self._watchers = _Watchers()
@@ -281,13 +292,19 @@ class MemberSession:
                     self._unwritten.discard(str(writer.path))
 
     def _track_task(self, record: TraceRecord) -> None:
-        if record.get("event") == "task_state":
+        event = record.get("event")
+        if event == "task_state":
             task_id, state = record.get("task_id"), record.get("state")
             if isinstance(task_id, str) and isinstance(state, str):
                 if state in TERMINAL_STATES:
                     self._live.pop(task_id, None)
+                    self._trusts.pop(task_id, None)
                 else:
                     self._live[task_id] = state
+        elif event == "a2a_task_received":
+            task_id, trust = record.get("task_id"), record.get("trust")
+            if isinstance(task_id, str) and isinstance(trust, str):
+                self._trusts[task_id] = trust
 
     def running_tasks(self) -> tuple[str, ...]:
         """The tasks whose agent code runs now (queued ones are not running)."""
@@ -299,17 +316,28 @@ class MemberSession:
         records = self.records
         assert records is not None
         self._start_directory()
-        agent = self._load_agent(records)
-        if self.ending is not None:
-            return
-        self.door = self._build_door(agent, records)
+        self._unpack(records)
+        self._seam = self._calls_seam()
+        if self.manifest.agent.a2a is not None:
+            door = await self._start_gateway(records)
+            if door is None:  # the session ended while the upstream came up
+                return
+            self.door = door
+        else:
+            if self.manifest.agent.command is not None:
+                await self._start_forward_proxy()
+            agent = self._load_agent(records)
+            if self.ending is not None:
+                return
+            self.door = self._build_door(agent, records)
+        self.door.on_task_end(self._task_ended)
         await self._serve()
         self._watch()
         if self.ending is not None:
             return
         if self.options.task is not None:
             try:
-                self.task_id = self.door.submit(self.options.task)
+                self.task_id = await self.door.start_task(self.options.task)
             except RpcError as refused:
                 raise StartFailed(member_diagnostic(
                     SESSION_NOT_STAGED, action="given its task",
@@ -329,7 +357,7 @@ class MemberSession:
         else:
             self._directory = DoorDirectory()
 
-    def _load_agent(self, records: SessionRecords) -> Any:
+    def _unpack(self, records: SessionRecords) -> None:
         capsule_dir = records.dir / "capsule"
         if self.options.resume is not None and capsule_dir.exists():
             shutil.rmtree(capsule_dir, ignore_errors=True)
@@ -340,22 +368,46 @@ class MemberSession:
             raise StartFailed(file_not_written(
                 exc.filename or capsule_dir, exc, what="the capsule",
                 note="its partly unpacked folder was removed")) from None
+
+    def _calls_seam(self) -> CallsSeam:
+        assert self._directory is not None
+        return CallsSeam(manifest=self.manifest, place=self.place, directory=self._directory,
+                         trace=self.bus, deadline=self.options.deadline,
+                         capsule=self.options.capsule)
+
+    async def _start_forward_proxy(self) -> ForwardProxy:
+        """The forward proxy every agent in a process of its own reaches the formation
+        and the network through (docs/proxy.md, "The forward proxy")."""
+        from gateway.forward_proxy import ForwardProxy
+
+        assert self._seam is not None
+        proxy = ForwardProxy(self._seam.transport, trust=self._live_trust)
+        await proxy.start()
+        self._forward = proxy
+        return proxy
+
+    def _live_trust(self) -> str:
+        """``trusted`` only while the member holds tasks and every one is trusted: the
+        forward proxy cannot tell which task a request is for."""
+        trusts = self._trusts
+        if trusts and all(trust == "trusted" for trust in trusts.values()):
+            return "trusted"
+        return "untrusted"
+
+    def _load_agent(self, records: SessionRecords) -> Any:
         manifest = self.manifest
+        env = task_env(manifest, self.plan.environ, self.place.callees)
+        if self._forward is not None:  # a command agent: the proxy's variables too
+            env = self._forward.environment(env)
         environment = agent_environment(
-            manifest, place=self.place, env=task_env(manifest, self.plan.environ,
-                                                     self.place.callees),
-            deadline=self.options.deadline, workdir=records.workdir, home=records.home,
-            tmp=records.tmp)
+            manifest, place=self.place, env=env, deadline=self.options.deadline,
+            workdir=records.workdir, home=records.home, tmp=records.tmp)
         calls_factory = None
         if manifest.agent.python is not None:
-            assert self._directory is not None
-            self._seam = CallsSeam(manifest=manifest, place=self.place,
-                                   directory=self._directory, trace=self.bus,
-                                   deadline=self.options.deadline,
-                                   capsule=self.options.capsule)
+            assert self._seam is not None
             calls_factory = self._seam.calls_for
         try:
-            return load_agent(capsule_dir, python=manifest.agent.python,
+            return load_agent(records.dir / "capsule", python=manifest.agent.python,
                               command=manifest.agent.command, environment=environment,
                               calls_factory=calls_factory)
         except CapsuleError as exc:
@@ -363,18 +415,71 @@ class MemberSession:
                 CAPSULE_NOT_RUNNABLE, "agent", capsule=self.options.capsule,
                 version=self.options.version, problem=str(exc))) from None
 
-    def _build_door(self, agent: Any, records: SessionRecords) -> Door:
+    async def _start_gateway(self, records: SessionRecords) -> Door | None:
+        """Start (or reach) the upstream, wait for its card, and build the relay door;
+        None when the session is ended meanwhile (a signal, the lifeline)."""
+        from gateway.relay import build_gateway_door
+        from launcher.member.upstream import (
+            READY_SECONDS,
+            Upstream,
+            UpstreamSpec,
+            upstream_environment,
+        )
+
         manifest = self.manifest
-        policy = auth_policy(manifest, operator=self.operator, place=self.place,
-                             capsule_dir=records.dir / "capsule", environ=self.plan.environ,
-                             capsule=self.options.capsule)
-        settings = DoorSettings(
+        agent = manifest.agent.a2a
+        assert agent is not None
+        allowed = task_env(manifest, self.plan.environ, ())
+        spec = UpstreamSpec(agent=agent, capsule_dir=records.dir / "capsule",
+                            member=self.place.member or self.options.capsule,
+                            capsule=self.options.capsule, version=self.options.version)
+        upstream = Upstream.prepare(spec, allowed)
+        self._upstream = upstream
+        proxy = await self._start_forward_proxy()
+        env = proxy.environment(upstream_environment(
+            allowed, port=upstream.port, callees=self.place.callees, home=records.home,
+            tmp=records.tmp))
+        await upstream.start(env)
+        waiting = asyncio.create_task(upstream.wait_for_card(self._ready_seconds(READY_SECONDS)),
+                                      name="murmur-upstream-card")
+        ended = asyncio.create_task(self._ended.wait())
+        try:
+            await asyncio.wait({waiting, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await waiting
+            return None
+        client = waiting.result()  # its DiagnosticError ends the session
+        assert upstream.card is not None
+        return build_gateway_door(client, upstream.card, self._door_settings(records),
+                                  policy=self._policy(records), trace=self.bus)
+
+    def _ready_seconds(self, budget: float) -> float:
+        """``budget``, or less when the deadline comes first."""
+        deadline = self.options.deadline
+        if deadline is None:
+            return budget
+        left = (deadline - datetime.now(deadline.tzinfo)).total_seconds()
+        return max(0.0, min(budget, left))
+
+    def _policy(self, records: SessionRecords) -> AuthPolicy:
+        return auth_policy(self.manifest, operator=self.operator, place=self.place,
+                           capsule_dir=records.dir / "capsule", environ=self.plan.environ,
+                           capsule=self.options.capsule)
+
+    def _door_settings(self, records: SessionRecords) -> DoorSettings:
+        manifest = self.manifest
+        return DoorSettings(
             card=card_info(manifest, session_id=self.plan.session_id, place=self.place,
                            door_url=self.door_url),
             gate=gate_config(manifest, self.options), out_dir=records.out)
-        door = build_door(agent, settings, policy=policy, trace=self.bus)
-        door.on_task_end(self._task_ended)
-        return door
+
+    def _build_door(self, agent: Any, records: SessionRecords) -> Door:
+        return build_door(agent, self._door_settings(records), policy=self._policy(records),
+                          trace=self.bus)
 
     async def _serve(self) -> None:
         assert self.door is not None and self._socket is not None
@@ -436,6 +541,9 @@ class MemberSession:
         tasks = self._watchers.tasks
         tasks.append(asyncio.create_task(self._watch_stop(door), name="murmur-stop-watch"))
         tasks.append(asyncio.create_task(self._watch_server(), name="murmur-server-watch"))
+        if self._upstream is not None and self._upstream.process is not None:
+            tasks.append(asyncio.create_task(self._watch_upstream(self._upstream),
+                                             name="murmur-upstream-watch"))
         if self.place.lifeline is not None:
             tasks.append(asyncio.create_task(self._watch_lifeline(self.place.lifeline),
                                              name="murmur-lifeline"))
@@ -464,6 +572,11 @@ class MemberSession:
                 SESSION_NOT_STAGED, action="served", problem="the door stopped serving",
                 fix="see the lines above; run it again"))
 
+    async def _watch_upstream(self, upstream: Upstream) -> None:
+        failure = await upstream.exited()
+        if self.ending is None:
+            self.trigger(Cause.FAILURE, failure=failure)
+
     async def _watch_task(self, task_id: str) -> None:
         assert self.door is not None
         await self.door.result(task_id)
@@ -475,7 +588,7 @@ class MemberSession:
         while True:
             await asyncio.sleep(min(1.0, seconds / 4))
             now = loop.time()
-            if door.store.held or self._live:
+            if door.held or self._live:
                 busy_at = now
             elif now - busy_at >= seconds:
                 self.trigger(Cause.IDLE_TIMEOUT)
@@ -612,6 +725,12 @@ class MemberSession:
                     self._server_task.cancel()
             elif self._socket is not None:
                 self._socket.close()
+            if self.door is not None:
+                await _bounded(self.door.aclose(), 2.0)
+            if self._upstream is not None:
+                await _bounded(self._upstream.stop(), UPSTREAM_STOP_SECONDS)
+            if self._forward is not None:
+                await _bounded(self._forward.close(), 2.0)
             if self._seam is not None:
                 await _bounded(self._seam.aclose(), 2.0)
             if self._directory is not None:

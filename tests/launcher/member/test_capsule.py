@@ -141,9 +141,9 @@ def test_load_agent_wants_exactly_one_kind(tmp_path: Path) -> None:
         load_agent(tmp_path, python="a:run", command=["true"])
 
 
-def test_a_gateway_member_is_refused_as_not_served_yet(tmp_path: Path) -> None:
-    # An `agent.a2a` manifest gives neither python nor command.
-    with pytest.raises(CapsuleError, match=r"gateway member \(`agent.a2a`\).*not serve yet"):
+def test_load_agent_without_a_kind_says_a_gateway_member_is_relayed(tmp_path: Path) -> None:
+    # An `agent.a2a` manifest gives neither python nor command: its door relays instead.
+    with pytest.raises(CapsuleError, match=r"`agent.a2a` member is served by the relay"):
         load_agent(tmp_path)
 
 
@@ -160,13 +160,13 @@ capabilities: {env: {allow: [AGENT_KEY]}}
 """
 
 
-def test_mur_run_of_a_gateway_member_fails_with_e_run_043(tmp_path: Path,
-                                                          murmur_home: Path) -> None:
+def test_a_gateway_member_whose_upstream_exits_at_once_fails_with_e_run_049(
+        tmp_path: Path, murmur_home: Path) -> None:
     source, project = tmp_path / "relay", tmp_path / "project"
     source.mkdir()
     project.mkdir()
     (source / "murmur.yaml").write_text(A2A_CAPSULE)
-    (source / "server.py").write_text("raise SystemExit('the upstream must not start')\n")
+    (source / "server.py").write_text("raise SystemExit('the upstream gives up')\n")
     install_capsule(project, source)  # admitted unchanged by pack and install
     process = start_member(project, "local/relay", "--json", env=member_env(
         murmur_home, AGENT_KEY="not-a-real-key"))
@@ -178,11 +178,10 @@ def test_mur_run_of_a_gateway_member_fails_with_e_run_043(tmp_path: Path,
             process.wait(10)
     assert process.returncode == 1
     refusal = next(json.loads(line) for line in err.decode().splitlines()
-                   if line.startswith("{") and '"E-RUN-043"' in line)
-    assert refusal["path"] == "agent"
-    assert "gateway member (`agent.a2a`)" in refusal["message"]
-    assert "not serve yet" in refusal["message"]
-    assert "must not start" not in err.decode()  # the upstream was never started
+                   if line.startswith("{") and '"E-RUN-049"' in line)
+    assert refusal["path"] == "agent.a2a"
+    assert "exited before it served its card (exit status 1)" in refusal["message"]
+    assert "the upstream gives up" in err.decode()  # its stderr is the member's
 
 
 # --- the TaskContext ---------------------------------------------------------------
@@ -384,7 +383,8 @@ async def test_a_command_gets_the_text_on_stdin_and_its_stdout_is_the_result(
     record = await run_one(agent, "shout")
     task_id, text, keys = result_text(record).split("|")
     assert task_id == record.id and text == "SHOUT"
-    assert keys == "ALLOWED,MURMUR_TASK_ID", "no MURMUR_FORMATION_PEERS, nothing of the runtime"
+    assert keys == "ALLOWED,MURMUR_FORMATION_PEERS,MURMUR_TASK_ID", (
+        "what the runtime hands it (env.allow and the peers), nothing of the runtime's own")
 
 
 async def test_a_command_that_exits_non_zero_fails_the_task(tmp_path: Path) -> None:

@@ -1,0 +1,284 @@
+"""The door's side of a gateway member's upstream: the A2A server the door stands in
+front of (DESIGN.md section 13), spoken to over HTTP. In this order:
+
+1. the card: :func:`fetch_card` reads it at ``card_path`` and :func:`interface_url`
+   finds the JSON-RPC 1.0 interface on it, or refuses with :class:`UpstreamCardError`
+   naming what the card offers instead;
+2. the client, :class:`UpstreamClient`: one aiohttp session (measured at a fraction of
+   httpx's CPU per request, ``loadtests/bench_proxy.py``), JSON-RPC calls with the door's
+   own request ids, ``A2A-Version: 1.0`` and the manifest's headers and nothing of the
+   caller's; :meth:`UpstreamClient.call` for a unary answer, :meth:`UpstreamClient.stream`
+   for Server-Sent Events read as they arrive;
+3. failures: an upstream's own JSON-RPC error is raised as :class:`UpstreamError` and
+   passes through to the caller as it came; anything else (no connection, a reset, an
+   HTTP status that is not 200, a body that is not JSON-RPC) is the door's ``-32603``
+   naming the member and what went wrong, never the upstream's address (an aiohttp
+   exception's text holds it, so only the exception's type is ever shown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+from gateway.errors import GatewayError
+from gateway.jsonrpc import STRICT_JSON, RpcError, dumps
+from gateway.protocol import A2A_VERSION, JSONRPC_BINDING, VERSION_HEADER
+
+#: The most a single answer or Server-Sent Event of the upstream may hold; past it the
+#: answer is refused as not JSON-RPC (a bound on the door's memory, docs/limits.md).
+MAX_UPSTREAM_BYTES: Final = 16 * 1024 * 1024
+CONNECT_SECONDS: Final = 10.0
+CARD_SECONDS: Final = 5.0
+#: Hosts a card names when its server does not know where it is reached.
+_LOCAL_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})  # noqa: S104
+
+
+class UpstreamCardError(GatewayError):
+    """The upstream's card cannot be served behind a door; the text says what it offers."""
+
+
+class UpstreamError(RpcError):
+    """The upstream's own JSON-RPC error, passed through to the caller unchanged."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__("INTERNAL_ERROR")
+        self.upstream = error
+
+    @property
+    def code(self) -> int:
+        return int(self.upstream["code"])
+
+    @property
+    def message(self) -> str:
+        return str(self.upstream.get("message", ""))
+
+    def error_object(self) -> dict[str, Any]:
+        return self.upstream
+
+
+def not_answered(member: str, what: str) -> RpcError:
+    """The door's ``-32603`` for an upstream that did not answer: names the member."""
+    return RpcError("INTERNAL_ERROR", f"member {member!r} did not answer: its A2A server {what}")
+
+
+# --------------------------------------------------------------------------------------
+# 1. The card
+
+
+def interface_url(card: Mapping[str, Any], card_url: str) -> str:
+    """The URL of the card's JSON-RPC interface for A2A 1.0, on the origin the card was
+    read from when the card names a loopback or wildcard host (``localhost``,
+    ``127.0.0.1``, ``0.0.0.0``): such a card was written by a server that does not know
+    the address it is reached at (a port picked by the runtime, a container's name)."""
+    interfaces = card.get("supportedInterfaces")
+    offered: list[str] = []
+    if isinstance(interfaces, list):
+        for entry in interfaces:
+            if not isinstance(entry, dict):
+                continue
+            binding, version = entry.get("protocolBinding"), entry.get("protocolVersion")
+            offered.append(f"{binding} {version}")
+            url = entry.get("url")
+            if binding == JSONRPC_BINDING and str(version) == A2A_VERSION and \
+                    isinstance(url, str) and url.startswith(("http://", "https://")):
+                return _on_card_origin(url, card_url)
+    what = ", ".join(offered) if offered else "no supportedInterfaces"
+    raise UpstreamCardError(
+        f"the agent card at {card_url} offers {what}; a gateway member needs an interface "
+        f"with protocolBinding {JSONRPC_BINDING} and protocolVersion {A2A_VERSION} (serve "
+        f"A2A 1.0 over JSON-RPC, as a2a-sdk 1.x and @a2a-js/sdk 1.x do)")
+
+
+def _on_card_origin(url: str, card_url: str) -> str:
+    parts = urlsplit(url)
+    if (parts.hostname or "").lower() not in _LOCAL_NAMES:
+        return url
+    origin = urlsplit(card_url)
+    return urlunsplit((origin.scheme, origin.netloc, parts.path or "/", parts.query, ""))
+
+
+async def fetch_card(session: aiohttp.ClientSession, card_url: str,
+                     headers: Mapping[str, str]) -> dict[str, Any]:
+    """The upstream's card; ``OSError``/``aiohttp.ClientError``/``TimeoutError`` when it
+    does not answer yet, :class:`UpstreamCardError` when it answers with no card."""
+    async with asyncio.timeout(CARD_SECONDS):
+        async with session.get(card_url, headers=dict(headers),
+                               allow_redirects=False) as response:
+            if response.status != 200:
+                raise UpstreamCardError(f"{card_url} answered HTTP {response.status}, not "
+                                        "an agent card (check agent.a2a.card_path)")
+            body = await response.content.read(MAX_UPSTREAM_BYTES + 1)
+    try:
+        card = json.loads(body) if len(body) <= MAX_UPSTREAM_BYTES else None
+    except ValueError:
+        card = None
+    if not isinstance(card, dict):
+        raise UpstreamCardError(f"{card_url} answered with something that is not an agent "
+                                "card (a JSON object)")
+    return card
+
+
+# --------------------------------------------------------------------------------------
+# 2. The client
+
+
+class UpstreamClient:
+    """JSON-RPC to one upstream at ``rpc_url`` for the member ``member`` (the name the
+    door's errors use). The session is made in the running loop on first use."""
+
+    def __init__(self, rpc_url: str, *, member: str, headers: Mapping[str, str],
+                 limit: int = 100) -> None:
+        self.rpc_url = rpc_url
+        self.member = member
+        self._headers = {**headers, "Content-Type": "application/json",
+                         VERSION_HEADER: A2A_VERSION}
+        self._stream_headers = {**self._headers, "Accept": "text/event-stream"}
+        self._limit = limit
+        self._ids = itertools.count(1)
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # the member, never the address
+        return f"UpstreamClient(member={self.member!r})"
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = new_session(self._limit)
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _body(self, method: str, params: Mapping[str, Any]) -> bytes:
+        return dumps({"jsonrpc": "2.0", "id": next(self._ids), "method": method,
+                      "params": params})
+
+    async def call(self, method: str, params: Mapping[str, Any]) -> Any:
+        """The upstream's ``result`` for one request; :class:`UpstreamError` for its own
+        error, the door's ``-32603`` for anything else."""
+        try:
+            async with self.session.post(self.rpc_url, data=self._body(method, params),
+                                         headers=self._headers,
+                                         allow_redirects=False) as response:
+                if response.status != 200:
+                    raise not_answered(self.member, f"answered HTTP {response.status}")
+                body = await response.content.read(MAX_UPSTREAM_BYTES + 1)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise not_answered(self.member, _failure(exc)) from None
+        return self._answer(body)
+
+    async def stream(self, method: str,
+                     params: Mapping[str, Any]) -> AsyncIterator[Any]:
+        """The ``result`` of each event of a streaming request, as each arrives. Opening
+        happens before this returns, so a refusal is the request's own answer; a stream
+        that breaks later raises in the iteration."""
+        try:
+            response = await self.session.post(
+                self.rpc_url, data=self._body(method, params), headers=self._stream_headers,
+                allow_redirects=False)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise not_answered(self.member, _failure(exc)) from None
+        if response.status != 200:
+            response.release()
+            raise not_answered(self.member, f"answered HTTP {response.status}")
+        if not response.content_type.startswith("text/event-stream"):
+            try:  # a JSON answer to a stream request: one error (or result), then done
+                body = await response.content.read(MAX_UPSTREAM_BYTES + 1)
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                raise not_answered(self.member, _failure(exc)) from None
+            finally:
+                response.release()
+            return _single(self._answer(body))
+        return self._events(response)
+
+    async def _events(self, response: aiohttp.ClientResponse) -> AsyncIterator[Any]:
+        try:
+            async for data in _sse_data(response.content, self.member):
+                yield self._answer(data)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise not_answered(self.member, _failure(exc)) from None
+        finally:
+            response.close()
+
+    def _answer(self, body: bytes) -> Any:
+        """The ``result`` of one JSON-RPC response body, or the error it carries."""
+        try:
+            value = STRICT_JSON.decode(body.decode("utf-8")) \
+                if len(body) <= MAX_UPSTREAM_BYTES else None
+        except (ValueError, RecursionError):
+            value = None
+        if not isinstance(value, dict):
+            raise not_answered(self.member, "sent something that is not JSON-RPC")
+        error = value.get("error")
+        if isinstance(error, dict) and type(error.get("code")) is int and \
+                isinstance(error.get("message"), str):
+            raise UpstreamError(error)
+        if "result" not in value:
+            raise not_answered(self.member, "sent a JSON-RPC answer with no result")
+        return value["result"]
+
+
+def new_session(limit: int = 100) -> aiohttp.ClientSession:
+    """The aiohttp session the door speaks to an upstream with: a pool of ``limit``
+    connections kept alive, no total timeout (a blocking SendMessage lasts as long as its
+    task), a bounded connect, redirects never followed (each call says so)."""
+    connector = aiohttp.TCPConnector(limit=limit, keepalive_timeout=15.0,
+                                     enable_cleanup_closed=False)
+    timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_SECONDS,
+                                    sock_connect=CONNECT_SECONDS)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                 skip_auto_headers=("User-Agent",), trust_env=False)
+
+
+async def _single(result: Any) -> AsyncIterator[Any]:
+    yield result
+
+
+def _failure(exc: BaseException) -> str:
+    """What went wrong, by the exception's type alone (its text names the address)."""
+    if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError):
+        return "cannot be reached"
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return "did not answer in time"
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError |
+                  ConnectionResetError):
+        return "closed the connection before it answered"
+    return f"failed ({type(exc).__name__})"
+
+
+async def _sse_data(content: aiohttp.StreamReader, member: str) -> AsyncIterator[bytes]:
+    """The ``data`` of each Server-Sent Event on ``content`` as it completes (comments,
+    ``event:`` and ``id:`` lines are read past); one event is bounded by
+    :data:`MAX_UPSTREAM_BYTES`."""
+    pending = b""
+    data: list[bytes] = []
+    size = 0
+    async for chunk in content.iter_any():
+        pending += chunk
+        while True:
+            end = pending.find(b"\n")
+            if end < 0:
+                break
+            line, pending = pending[:end].rstrip(b"\r"), pending[end + 1:]
+            if not line:
+                if data:
+                    yield b"\n".join(data)
+                    data, size = [], 0
+                continue
+            if line.startswith(b"data:"):
+                value = line[5:]
+                data.append(value[1:] if value.startswith(b" ") else value)
+                size += len(value)
+        if size + len(pending) > MAX_UPSTREAM_BYTES:
+            raise not_answered(member, "sent an event larger than the door reads")
+    if data:
+        yield b"\n".join(data)
