@@ -22,18 +22,26 @@ if TYPE_CHECKING:
 ENTRY_MEMBER = "planner"
 WORKER_MEMBER = "worker"
 VERSION = "0.1.0"
+#: ``mur new --template`` → the folder of launcher/templates it writes from.
+TEMPLATES = {"python": "capsule", "a2a": "a2a"}
+DEFAULT_TEMPLATE = "python"
 
 
 def register(subparsers: Any) -> None:
     new = subparsers.add_parser(
         "new", help="write a capsule source directory, or a two-member roster",
-        description="Write a capsule source directory (murmur.yaml and a Python agent). With "
-                    "--roster, write a roster.yaml with two members, an entry member that may "
-                    "call a worker, with a source directory for each, and pack and install "
-                    "both into DIR's project store, so that `mur doctor` in DIR admits it.")
+        description="Write a capsule source directory: murmur.yaml and a Python agent, or "
+                    "with --template a2a an A2A server (server.py, a2a-sdk) that the door "
+                    "stands in front of. With --roster, write a roster.yaml with two members, "
+                    "an entry member that may call a worker, with a source directory for each, "
+                    "and pack and install both into DIR's project store, so that `mur doctor` "
+                    "in DIR admits it.")
     new.add_argument("directory", type=Path, metavar="DIR")
     new.add_argument("--roster", action="store_true",
                      help="write a two-member roster instead of one capsule")
+    new.add_argument("--template", choices=tuple(TEMPLATES),
+                     help="the capsule's agent: `python` (the default), an `async def run(task)`"
+                          "; `a2a`, an A2A server of its own (needs a2a-sdk)")
     new.add_argument("--name", help="the capsule's name (default: from DIR's name)")
     new.set_defaults(handler=_new)
 
@@ -97,12 +105,20 @@ def _refuse_existing(paths: list[Path], code: str) -> None:
             raise DiagnosticError(code, str(path), target=path)
 
 
+def _source_files(template: str, module: str) -> dict[str, str]:
+    """The files ``template`` writes, as ``{file name: template file}``."""
+    agent = {"server.py": "server.py.tmpl"} if template == TEMPLATES["a2a"] else {
+        f"{module}.py": "agent.py.tmpl"}
+    return {"murmur.yaml": "murmur.yaml.tmpl", **agent}
+
+
 def write_capsule_source(directory: Path, name: str, template: str = "capsule",
                          **values: str) -> Path:
-    """Write ``murmur.yaml`` and the agent module of capsule ``name`` into ``directory``."""
+    """Write ``murmur.yaml`` and the agent (a Python module, or ``server.py`` for the
+    ``a2a`` template) of capsule ``name`` into ``directory``."""
     module = _module_for(name)
-    files = {directory / "murmur.yaml": _template(template, "murmur.yaml.tmpl"),
-             directory / f"{module}.py": _template(template, "agent.py.tmpl")}
+    files = {directory / file: _template(template, source)
+             for file, source in _source_files(template, module).items()}
     _refuse_existing(list(files), "E-MAN-005")
     directory.mkdir(parents=True, exist_ok=True)
     for path, text in files.items():
@@ -135,6 +151,11 @@ def write_roster_project(directory: Path) -> list[InstalledArtifact]:
 
 def _new(args: argparse.Namespace) -> int:
     directory: Path = args.directory
+    if args.roster and args.template is not None:
+        print("mur new: --template cannot be given with --roster (the roster's members are "
+              "Python agents); drop one of the two", file=sys.stderr)
+        return 2
+    template = args.template or DEFAULT_TEMPLATE
     try:
         if args.roster:
             installed = write_roster_project(directory)
@@ -150,12 +171,14 @@ def _new(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"mur new: --name {problem}", file=sys.stderr)
             return 2
-        write_capsule_source(directory, name)
+        write_capsule_source(directory, name, TEMPLATES[template])
     except DiagnosticError as refusal:
         emit(refusal.diagnostic, sys.stderr)
         return 1
-    print(f"wrote the capsule {name} in {directory}.\n"
-          f"next: mur pack {directory} && mur install {name}-{VERSION}.mur.zip")
+    agent = "server.py, an A2A server" if template == "a2a" else f"{_module_for(name)}.py"
+    print(f"wrote the capsule {name} in {directory} (murmur.yaml and {agent}).\n"
+          f"next: mur pack {directory} && mur install {name}-{VERSION}.mur.zip && "
+          f"mur run --capsule local/{name} --capsule-version {VERSION} --task hello")
     return 0
 
 
