@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean
+.PHONY: demo test lint typecheck pytest bench soak clean js-agents
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict gateway launcher
 
-pytest: $(STAMP)
+pytest: $(STAMP) js-agents
 	$(BIN)/pytest -q
+
+# The Node test agent's packages (tests/agents/js), reinstalled when package-lock.json is
+# newer than the stamp. Without npm its tests skip, saying so; that is not a failure.
+JS_AGENTS := tests/agents/js
+JS_STAMP := $(JS_AGENTS)/node_modules/.installed
+
+js-agents:
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(JS_STAMP); \
+	else echo "npm not found: the @a2a-js/sdk test agent is not installed (its tests skip)"; fi
+
+$(JS_STAMP): $(JS_AGENTS)/package-lock.json
+	@if npm ci --no-audit --no-fund --prefix $(JS_AGENTS) > $(JS_AGENTS)/npm.log 2>&1; \
+	then touch $(JS_STAMP); else tail -5 $(JS_AGENTS)/npm.log; \
+	echo "npm ci failed: the @a2a-js/sdk test agent is not installed (its tests skip)"; fi
 
 # Benchmarks (ratios measured in one run; results under loadtests/results/). Not tests.
 bench: $(STAMP)
