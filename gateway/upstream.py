@@ -48,8 +48,8 @@ class UpstreamError(RpcError):
     """The upstream's own JSON-RPC error, passed through to the caller unchanged."""
 
     def __init__(self, error: dict[str, Any]) -> None:
+        self.upstream = error  # first: RpcError's __init__ reads self.message
         super().__init__("INTERNAL_ERROR")
-        self.upstream = error
 
     @property
     def code(self) -> int:
