@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python loadtests/bench_door.py
 	$(BIN)/python loadtests/bench_proxy.py
 	$(BIN)/python loadtests/bench_launch.py
+	$(BIN)/python loadtests/bench_gateway.py
 
 # A formation with a busy callee and three callers, 10,000 calls (bounded by --deadline).
 soak: $(STAMP)
