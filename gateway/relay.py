@@ -45,14 +45,14 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
-from gateway.a2a import IDENTIFIER_LIMIT, ListTasksRequest, SendMessageRequest
+from gateway.a2a import IDENTIFIER_LIMIT, ListTasksRequest
 from gateway.agent_card import CardInfo, CardRoute, merged_card
 from gateway.auth import AuthPolicy
 from gateway.caller import Caller
 from gateway.door import OPERATOR_CALLER, Door, DoorSettings
 from gateway.jsonrpc import RpcError, invalid_params, member_busy
 from gateway.protocol import TERMINAL_STATES, TaskState
-from gateway.rpc import JsonRpcEndpoint
+from gateway.rpc import JsonRpcEndpoint, send_message_request
 from gateway.tasks import (
     DEFAULT_PAGE_SIZE,
     TaskListener,
@@ -390,12 +390,7 @@ class RelayTasks:
     def _check_send(self, params: dict[str, Any], caller: Caller) -> bool:
         """Validate a SendMessage; whether it starts a new task (a follow-up's task
         must be the caller's)."""
-        request = _validate(SendMessageRequest, params)
-        configuration = request.configuration
-        if configuration is not None and configuration.task_push_notification_config:
-            raise RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
-                           "this door sends no push notifications; follow the task with "
-                           "SubscribeToTask or GetTask")
+        request = send_message_request(params)
         task_id = request.message.task_id
         if task_id:
             self.reach(task_id, caller)

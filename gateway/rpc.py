@@ -89,6 +89,18 @@ def _validate(model: type[M], params: dict[str, Any]) -> M:
         raise invalid_params(exc) from exc
 
 
+def send_message_request(params: dict[str, Any]) -> SendMessageRequest:
+    """A SendMessage's params validated (``-32602`` naming the field), a push
+    configuration refused (``-32003``): the same for a local door and a relay."""
+    request = _validate(SendMessageRequest, params)
+    configuration = request.configuration
+    if configuration is not None and configuration.task_push_notification_config:
+        raise RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
+                       "this door sends no push notifications; follow the task with "
+                       "SubscribeToTask or GetTask")
+    return request
+
+
 class JsonRpcEndpoint:
     """``POST /``: one JSON-RPC request per HTTP request, judged in the order of the
     module docstring, then handed to the method's handler. A subclass fills
@@ -210,12 +222,7 @@ class RpcEndpoint(JsonRpcEndpoint):
 
     def _send(self, params: dict[str, Any],
               caller: Caller) -> tuple[SendMessageRequest, TaskRecord]:
-        request = _validate(SendMessageRequest, params)
-        configuration = request.configuration
-        if configuration is not None and configuration.task_push_notification_config:
-            raise RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
-                           "this door sends no push notifications; follow the task with "
-                           "SubscribeToTask or GetTask")
+        request = send_message_request(params)
         message = {key: value for key, value in request.message.wire().items()
                    if value is not None}
         record = self._store.send(message, caller, request.metadata)
