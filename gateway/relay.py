@@ -291,6 +291,7 @@ class RelayTasks:
         if known.live:
             known.lost = True
             self._live -= 1
+            self._remember_finished(known)  # kept within the bounds, then forgotten
             known.ended.set()
             self._after_task()
 
