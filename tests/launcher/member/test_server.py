@@ -278,13 +278,13 @@ async def test_head_trickled_a_byte_at_a_time_is_closed_after_the_head_timeout()
             try:
                 writer.write(bytes([byte]))
                 await writer.drain()
-            except ConnectionError:
+                with contextlib.suppress(TimeoutError):
+                    if await asyncio.wait_for(reader.read(1), 0.02) == b"":
+                        closed = True
+                        break
+            except ConnectionError:  # a reset (data still in flight when it closed) is a cut
                 closed = True
                 break
-            with contextlib.suppress(TimeoutError):
-                if await asyncio.wait_for(reader.read(1), 0.02) == b"":
-                    closed = True
-                    break
             if time.monotonic() - began > 5:
                 break
         writer.close()
