@@ -43,19 +43,17 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pydantic import BaseModel, ValidationError
-
 from gateway.a2a import IDENTIFIER_LIMIT, ListTasksRequest
 from gateway.agent_card import CardInfo, CardRoute, merged_card
 from gateway.auth import AuthPolicy
 from gateway.caller import Caller
 from gateway.door import OPERATOR_CALLER, Door, DoorSettings
-from gateway.jsonrpc import RpcError, invalid_params, member_busy
+from gateway.jsonrpc import RpcError, member_busy
 from gateway.protocol import TERMINAL_STATES, TaskState
-from gateway.rpc import JsonRpcEndpoint, send_message_request
+from gateway.rpc import JsonRpcEndpoint, send_message_request, validate_params
 from gateway.tasks import (
     DEFAULT_PAGE_SIZE,
-    TaskListener,
+    TaskListeners,
     acts_as_operator,
     decode_cursor,
     encode_cursor,
@@ -100,13 +98,6 @@ class KnownTask:
         return not self.lost and self.state not in TERMINAL_STATES
 
 
-def _validate(model: type[BaseModel], params: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        raise invalid_params(exc) from exc
-
-
 def _task_id(params: dict[str, Any]) -> str:
     task_id = params.get("id")
     if not (type(task_id) is str and task_id and len(task_id) <= IDENTIFIER_LIMIT):
@@ -115,11 +106,12 @@ def _task_id(params: dict[str, Any]) -> str:
     return task_id
 
 
-class RelayTasks:
+class RelayTasks(TaskListeners):
     """The tasks of a gateway member (see the module docstring); a ``DoorTasks``."""
 
     def __init__(self, client: UpstreamClient, settings: DoorSettings, policy: AuthPolicy,
                  trace: TraceBus) -> None:
+        super().__init__()
         self._client = client
         self._gate = settings.gate
         self._trace = trace
@@ -135,29 +127,8 @@ class RelayTasks:
         self._accepting = True
         self._followers: dict[str, asyncio.Task[None]] = {}
         self._cancels: set[asyncio.Task[None]] = set()
-        self._stop_listeners: list[Callable[[str], None]] = []
-        self._task_listeners: list[TaskListener] = []
-        self._stop_reason: str | None = None
         self.endpoint: ASGIApp = RelayEndpoint(self, trace, max_body=policy.max_body,
                                                stop=self.request_stop)
-
-    # --- listeners and the stop --------------------------------------------------------
-
-    def on_stop(self, listener: Callable[[str], None]) -> None:
-        self._stop_listeners.append(listener)
-
-    def on_task_end(self, listener: TaskListener) -> None:
-        self._task_listeners.append(listener)
-
-    def request_stop(self, reason: str) -> None:
-        if self._stop_reason is not None:
-            return
-        self._stop_reason = reason
-        for listener in self._stop_listeners:
-            try:
-                listener(reason)
-            except Exception:  # every listener hears of the stop
-                log.exception("stop listener %r failed", listener)
 
     # --- 1. what the door knows --------------------------------------------------------
 
@@ -273,12 +244,7 @@ class RelayTasks:
 
     def _finish(self, known: KnownTask) -> None:
         """The task-end listeners, then whoever waits for the task's result."""
-        final = known.snapshot or self._bare_task(known)
-        for listener in self._task_listeners:
-            try:
-                listener(final)
-            except Exception:  # a listener's failure must not stop the others
-                log.exception("task-end listener %r failed", listener)
+        self.tell_task_end(known.snapshot or self._bare_task(known))
         known.ended.set()
 
     @staticmethod
@@ -448,7 +414,7 @@ class RelayTasks:
     # --- 6. ListTasks ------------------------------------------------------------------
 
     async def list_tasks(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        request: ListTasksRequest = _validate(ListTasksRequest, params)
+        request: ListTasksRequest = validate_params(ListTasksRequest, params)
         after_ns = parse_status_time(request.status_timestamp_after)
         operator = acts_as_operator(caller)
         owner = caller.credential.owner

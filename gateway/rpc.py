@@ -82,7 +82,8 @@ Streaming = Callable[[dict[str, Any], Caller], Awaitable[AsyncIterator[Any]]]
 M = TypeVar("M", bound=BaseModel)
 
 
-def _validate(model: type[M], params: dict[str, Any]) -> M:
+def validate_params(model: type[M], params: dict[str, Any]) -> M:
+    """``params`` as ``model``, or ``-32602`` naming each field at fault."""
     try:
         return model.model_validate(params)
     except ValidationError as exc:
@@ -92,7 +93,7 @@ def _validate(model: type[M], params: dict[str, Any]) -> M:
 def send_message_request(params: dict[str, Any]) -> SendMessageRequest:
     """A SendMessage's params validated (``-32602`` naming the field), a push
     configuration refused (``-32003``): the same for a local door and a relay."""
-    request = _validate(SendMessageRequest, params)
+    request = validate_params(SendMessageRequest, params)
     configuration = request.configuration
     if configuration is not None and configuration.task_push_notification_config:
         raise RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
@@ -236,25 +237,25 @@ class RpcEndpoint(JsonRpcEndpoint):
         if not (type(task_id) is str and task_id and len(task_id) <= IDENTIFIER_LIMIT
                 and (history is None or (type(history) is int and history >= 0))
                 and params.keys() <= _GET_TASK_KEYS):
-            request = _validate(GetTaskRequest, params)
+            request = validate_params(GetTaskRequest, params)
             task_id, history = request.id, request.history_length
         record = self._store.visible(task_id, caller)
         record.revealed = True
         return record.snapshot(history)
 
     async def cancel_task(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        request = _validate(CancelTaskRequest, params)
+        request = validate_params(CancelTaskRequest, params)
         record = self._store.visible(request.id, caller)
         self._store.cancel(record)
         record.revealed = True
         return record.snapshot()
 
     async def list_tasks(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        return self._store.list_tasks(caller, _validate(ListTasksRequest, params))
+        return self._store.list_tasks(caller, validate_params(ListTasksRequest, params))
 
     async def subscribe_to_task(self, params: dict[str, Any],
                                 caller: Caller) -> AsyncIterator[StreamEvent]:
-        request = _validate(SubscribeToTaskRequest, params)
+        request = validate_params(SubscribeToTaskRequest, params)
         record = self._store.visible(request.id, caller)
         if record.terminal:
             raise RpcError("UNSUPPORTED_OPERATION",

@@ -170,34 +170,17 @@ class TaskRecord:
         return task
 
 
-class TaskStore:
-    """Every task of one door, the gate in front of them and the executor behind them."""
+class TaskListeners:
+    """Who hears that the session should stop, and of each task that ends: the same for
+    a door's own tasks (:class:`TaskStore`) and a gateway member's (the relay)."""
 
-    def __init__(self, agent: AgentFn, gate: GateConfig, trace: TraceBus, *,
-                 max_finished: int = DEFAULT_MAX_FINISHED,
-                 max_finished_bytes: int = DEFAULT_MAX_FINISHED_BYTES) -> None:
-        self._agent = agent
-        self.gate = gate
-        self._trace = trace
-        self._tasks: dict[str, TaskRecord] = {}
-        #: Ended tasks still kept, oldest first, with the bytes each was counted at.
-        self._finished: OrderedDict[str, int] = OrderedDict()
-        self._finished_bytes = 0
-        self._max_finished = max_finished
-        self._max_finished_bytes = max_finished_bytes
-        self._running: set[TaskRecord] = set()
-        self._queue: deque[TaskRecord] = deque()
-        self._accepted = 0
-        self._ended = 0
-        self._accepting = True
+    def __init__(self) -> None:
         self._stop_listeners: list[Callable[[str], None]] = []
         self._task_listeners: list[TaskListener] = []
         self._stop_reason: str | None = None
 
-    # --- listeners -------------------------------------------------------------------
-
     def on_stop(self, listener: Callable[[str], None]) -> None:
-        """Call ``listener(reason)`` once when the store asks the session to stop."""
+        """Call ``listener(reason)`` once when the session is asked to stop."""
         self._stop_listeners.append(listener)
 
     def on_task_end(self, listener: TaskListener) -> None:
@@ -214,6 +197,37 @@ class TaskStore:
                 listener(reason)
             except Exception:  # every listener hears of the stop
                 log.exception("stop listener %r failed", listener)
+
+    def tell_task_end(self, final: dict[str, Any]) -> None:
+        """Every task-end listener hears of ``final``, whichever of them fails."""
+        for listener in self._task_listeners:
+            try:
+                listener(final)
+            except Exception:  # a listener's failure must not stop the task's end
+                log.exception("task-end listener %r failed", listener)
+
+
+class TaskStore(TaskListeners):
+    """Every task of one door, the gate in front of them and the executor behind them."""
+
+    def __init__(self, agent: AgentFn, gate: GateConfig, trace: TraceBus, *,
+                 max_finished: int = DEFAULT_MAX_FINISHED,
+                 max_finished_bytes: int = DEFAULT_MAX_FINISHED_BYTES) -> None:
+        super().__init__()
+        self._agent = agent
+        self.gate = gate
+        self._trace = trace
+        self._tasks: dict[str, TaskRecord] = {}
+        #: Ended tasks still kept, oldest first, with the bytes each was counted at.
+        self._finished: OrderedDict[str, int] = OrderedDict()
+        self._finished_bytes = 0
+        self._max_finished = max_finished
+        self._max_finished_bytes = max_finished_bytes
+        self._running: set[TaskRecord] = set()
+        self._queue: deque[TaskRecord] = deque()
+        self._accepted = 0
+        self._ended = 0
+        self._accepting = True
 
     # --- queries ---------------------------------------------------------------------
 
@@ -476,12 +490,7 @@ class TaskStore:
             record.subscribers = []
             self._remember_finished(record)
             if self._task_listeners:
-                final = record.snapshot()
-                for listener in self._task_listeners:
-                    try:
-                        listener(final)
-                    except Exception:  # a listener's failure must not stop the task's end
-                        log.exception("task-end listener %r failed", listener)
+                self.tell_task_end(record.snapshot())
 
     def _remember_finished(self, record: TaskRecord) -> None:
         if record.reply is not None and not record.revealed:
