@@ -1,6 +1,12 @@
 """The door's agent card: built once (and again when the door learns its URL), served
 with ``Cache-Control``, ``ETag`` and ``Last-Modified``, ``304`` on a matching
-``If-None-Match``."""
+``If-None-Match``.
+
+The card lists both of the door's interfaces at its URL (``JSONRPC`` first, then
+``HTTP+JSON``). A door with ``network.public_card`` also serves a public card to a
+request without a credential (DoorAuth marks it :data:`gateway.caller.ANONYMOUS_CALLER`):
+the same card without the session extension, which names the member, its session and
+its formation."""
 
 from __future__ import annotations
 
@@ -12,9 +18,15 @@ from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
 from gateway.a2a import AgentCard
+from gateway.caller import ANONYMOUS_CALLER, CALLER_SCOPE_KEY
 from gateway.http_io import header, send_response
 from gateway.jsonrpc import dumps
-from gateway.protocol import A2A_VERSION, JSONRPC_BINDING, SESSION_EXTENSION_URI
+from gateway.protocol import (
+    A2A_VERSION,
+    HTTP_JSON_BINDING,
+    JSONRPC_BINDING,
+    SESSION_EXTENSION_URI,
+)
 from gateway.types import Headers, Receive, Scope, Send
 
 #: How long a client may reuse the card without asking again; the card of a door only
@@ -57,11 +69,10 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
     card: dict[str, Any] = {
         "name": info.name,
         "description": info.description,
-        "supportedInterfaces": [{
-            "url": info.door_url,
-            "protocolBinding": JSONRPC_BINDING,
-            "protocolVersion": A2A_VERSION,
-        }],
+        "supportedInterfaces": [
+            {"url": info.door_url, "protocolBinding": binding, "protocolVersion": A2A_VERSION}
+            for binding in (JSONRPC_BINDING, HTTP_JSON_BINDING)
+        ],
         "version": info.version,
         "capabilities": {
             "streaming": True,
@@ -90,6 +101,19 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
         }}}
         card["securityRequirements"] = [{"schemes": {BEARER_SCHEME: {"list": []}}}]
     return AgentCard.model_validate(card).wire()
+
+
+def public_card(card: dict[str, Any]) -> dict[str, Any]:
+    """``card`` without the session extension (what anyone may read at a door with
+    ``network.public_card``)."""
+    capabilities = dict(card.get("capabilities") or {})
+    extensions = [extension for extension in capabilities.get("extensions") or []
+                  if extension.get("uri") != SESSION_EXTENSION_URI]
+    if extensions:
+        capabilities["extensions"] = extensions
+    else:
+        capabilities.pop("extensions", None)
+    return {**card, "capabilities": capabilities}
 
 
 def _skill(skill: Skill) -> dict[str, Any]:
@@ -134,28 +158,29 @@ class CardRoute:
     def _rebuild(self, info: CardInfo) -> None:
         self._info = info
         self._card = self._build(info, self._authenticated)
-        self._body = dumps(self._card)
-        self._etag = b'"' + hashlib.sha256(self._body).hexdigest()[:32].encode("ascii") + b'"'
+        self._full = _CardBody(dumps(self._card))
+        self._public = _CardBody(dumps(public_card(self._card)))
         self._modified_seconds = int(time.time())
         self._last_modified = formatdate(self._modified_seconds, usegmt=True).encode("ascii")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        served = self._public if scope.get(CALLER_SCOPE_KEY) is ANONYMOUS_CALLER else self._full
         headers: Headers = [
             (b"cache-control", CARD_CACHE_CONTROL),
-            (b"etag", self._etag),
+            (b"etag", served.etag),
             (b"last-modified", self._last_modified),
         ]
-        if self._not_modified(scope):
+        if self._not_modified(scope, served.etag):
             await send({"type": "http.response.start", "status": 304, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return
         headers.append((b"content-type", b"application/json"))
-        await send_response(send, 200, self._body, headers, head=scope["method"] == "HEAD")
+        await send_response(send, 200, served.body, headers, head=scope["method"] == "HEAD")
 
-    def _not_modified(self, scope: Scope) -> bool:
+    def _not_modified(self, scope: Scope, etag: bytes) -> bool:
         if_none_match = header(scope, b"if-none-match")
         if if_none_match is not None:
-            return _etag_matches(if_none_match, self._etag)
+            return _etag_matches(if_none_match, etag)
         if_modified_since = header(scope, b"if-modified-since")
         if if_modified_since is not None:
             try:
@@ -164,6 +189,16 @@ class CardRoute:
                 return False
             return int(since.timestamp()) >= self._modified_seconds
         return False
+
+
+class _CardBody:
+    """One card as served: its bytes and their ETag."""
+
+    __slots__ = ("body", "etag")
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.etag = b'"' + hashlib.sha256(body).hexdigest()[:32].encode("ascii") + b'"'
 
 
 def _etag_matches(if_none_match: bytes, etag: bytes) -> bool:

@@ -10,7 +10,9 @@ this order; the first failure answers and nothing after it is read (docs/door-au
    reaches a door in no formation, or any unexpected error while verifying;
 3. ``403 not_permitted``: a valid formation token issued for another member's door;
 4. the method is read: from the JSON-RPC body of ``POST /`` (bounded: ``413`` past
-   ``max_body``), from the path for the agent card and ``resources/files``;
+   ``max_body``), from the path for the agent card and ``resources/files``, from the verb
+   and path for the HTTP+JSON binding (:func:`gateway.rest_routes.match_rest`, whose
+   body the REST endpoint reads);
 5. ``403 insufficient_scope``: a method outside the credential's scopes, unless the
    request asks for an A2A version other than 1.0 (its method names are not ours: the
    app answers ``-32009`` before it looks a name up);
@@ -24,7 +26,9 @@ Then the ``Authorization`` and task origin/trust headers are removed, the
 :class:`gateway.caller.Caller` and the parsed JSON-RPC request are left on the scope, the
 body is replayed, and the app is called. A public door (no credentials) makes check 7
 alone (DNS rebinding), then hands every request over as the ``public`` caller with the
-body unread. ``GET /healthz`` needs no credential and no ``Host``. docs/door-auth.md is
+body unread. ``GET /healthz`` needs no credential and no ``Host``. At a door with
+``public_card``, a card request without ``Authorization`` passes check 7 alone and is
+served the public card (:data:`gateway.caller.ANONYMOUS_CALLER`). docs/door-auth.md is
 the user's version of this text.
 """
 
@@ -38,9 +42,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.caller import (
+    ANONYMOUS_CALLER,
     CALLER_SCOPE_KEY,
     OPERATOR_METHODS,
     PUBLIC_CALLER,
+    REFUSED_METHODS,
+    REST_SCOPE_KEY,
     RPC_SCOPE_KEY,
     Caller,
 )
@@ -61,6 +68,7 @@ from gateway.protocol import (
     route_path,
 )
 from gateway.redaction import redact_request_text
+from gateway.rest_routes import RestRoute, match_rest
 from gateway.tokens import FormationVerifier, InvalidToken
 from gateway.types import ASGIApp, Headers, Message, Receive, Scope, Send
 
@@ -98,6 +106,8 @@ class AuthPolicy:
     member: str | None = None
     accept_peer_tasks: bool = False
     max_body: int = 1 << 20
+    #: Serve the card without its session extension to a request with no credential.
+    public_card: bool = False
 
     def __post_init__(self) -> None:
         if self.member is not None and (
@@ -360,6 +370,7 @@ class DoorAuth:
         )
         self._issuers = policy.jwt_issuers
         self._accept_peer_tasks = policy.accept_peer_tasks
+        self._public_card = policy.public_card
         self._max_body = policy.max_body
         #: A Content-Length with fewer digits than this cannot exceed max_body.
         self._max_body_digits = len(str(policy.max_body))
@@ -418,6 +429,10 @@ class DoorAuth:
 
         # 1-3: the credential (401), the formation token's door (403).
         if authorization is None:
+            if self._public_card and path == CARD_PATH and is_http and (
+                    scope["method"] in ("GET", "HEAD")):
+                await self._anonymous_card(scope, receive, send, kept, host, hosts)
+                return
             await self._refuse(scope, receive, send, "unauthenticated")
             return
         if authorizations != 1:
@@ -451,6 +466,7 @@ class DoorAuth:
         method: str | None = None
         rpc: dict[str, Any] | None = None
         rpc_refusal: str | None = None
+        rest: RestRoute | None = None
         body = b""
         if is_http and (path == "/" or not path.strip("/")) and scope["method"] == "POST":
             max_body = self._max_body
@@ -481,6 +497,11 @@ class DoorAuth:
             method = "AgentCard"
         elif path == FILES_PATH or path.startswith(FILES_PREFIX):
             method = "resources/files"
+        elif is_http:
+            match = match_rest(scope["method"], path)
+            if match is not None and match.route is not None:
+                rest = match.route
+                method = rest.method
 
         # 5-8: scope, peer tasks, Host, then a body that is not one call.
         credential = caller.credential
@@ -510,10 +531,24 @@ class DoorAuth:
         scope[CALLER_SCOPE_KEY] = caller
         if rpc is None:
             scope.pop(RPC_SCOPE_KEY, None)
+            if rest is None:
+                scope.pop(REST_SCOPE_KEY, None)
+            else:
+                scope[REST_SCOPE_KEY] = rest
             await self.app(scope, receive, send)
         else:
             scope[RPC_SCOPE_KEY] = rpc
+            scope.pop(REST_SCOPE_KEY, None)
             await self.app(scope, _Replay(body, receive), send)
+
+    async def _anonymous_card(self, scope: Scope, receive: Receive, send: Send,
+                              kept: Headers, host: bytes | None, hosts: int) -> None:
+        """The public card, to a request with no credential: check 7 alone."""
+        if not self._host_ok(scope, host, hosts):
+            await self._refuse(scope, receive, send, "misdirected_request")
+            return
+        _hand_over(scope, kept, ANONYMOUS_CALLER, None)
+        await self.app(scope, receive, send)
 
     async def _public(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A public door: the ``Host`` check (421) and nothing else; every request that
@@ -623,6 +658,7 @@ def _hand_over(scope: Scope, headers: Headers, caller: Caller | None,
                rpc: dict[str, Any] | None) -> None:
     """Leave on the scope what the app may read, and only that."""
     scope["headers"] = headers
+    scope.pop(REST_SCOPE_KEY, None)
     if caller is None:
         scope.pop(CALLER_SCOPE_KEY, None)
     else:
@@ -651,7 +687,7 @@ def _asks_for_1_0(scope: Scope) -> bool:
 
 def _method_label(method: str) -> str:
     """A method name fit to echo: known names as they are, anything else unnamed."""
-    return method if method in OPERATOR_METHODS else "this method"
+    return method if method in OPERATOR_METHODS or method in REFUSED_METHODS else "this method"
 
 
 async def _refuse_websocket(scope: Scope, receive: Receive, send: Send, status: int,

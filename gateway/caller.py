@@ -14,6 +14,9 @@ CALLER_SCOPE_KEY = "murmur.caller"
 #: The ASGI scope key under which DoorAuth stores the parsed JSON-RPC request object
 #: (a dict) when it read one, so the app need not parse the body a second time.
 RPC_SCOPE_KEY = "murmur.rpc"
+#: The ASGI scope key under which DoorAuth stores the HTTP+JSON route it matched
+#: (a :class:`gateway.rest_routes.RestRoute`), so the app need not match it again.
+REST_SCOPE_KEY = "murmur.rest"
 
 CredentialKind = Literal["operator", "bearer", "jwt", "member", "public"]
 Origin = Literal["operator", "peer", "client", "public"]
@@ -27,6 +30,13 @@ TASK_METHODS: frozenset[str] = frozenset(
 OPERATOR_METHODS: frozenset[str] = TASK_METHODS | {
     "murmur.WatchSession", "murmur.StopSession", "resources/files", "AgentCard",
 }
+#: A2A methods a door refuses to everyone (no push notifications, no extended card):
+#: known names, so a refusal may echo them.
+REFUSED_METHODS: frozenset[str] = frozenset({
+    "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig",
+    "GetExtendedAgentCard",
+})
 #: Exactly the five scopes a formation token carries (docs/door-auth.md).
 FORMATION_SCOPES: frozenset[str] = frozenset(
     {"SendMessage", "GetTask", "CancelTask", "ListTasks", "SubscribeToTask"}
@@ -66,6 +76,15 @@ class Caller:
 
 PUBLIC_CALLER = Caller(
     credential=Credential(kind="public", name="public", scopes=OPERATOR_METHODS),
+    origin="public",
+    trust="untrusted",
+)
+
+
+#: Who asks for the public card at an authenticated door with ``network.public_card``:
+#: nobody known, who may read that card and nothing else.
+ANONYMOUS_CALLER = Caller(
+    credential=Credential(kind="public", name="anonymous", scopes=frozenset({"AgentCard"})),
     origin="public",
     trust="untrusted",
 )

@@ -1,12 +1,14 @@
-"""build_door(): one member's door, the A2A 1.0 JSON-RPC binding and its agent card
-behind the project's own DoorAuth.
+"""build_door(): one member's door, the A2A 1.0 JSON-RPC and HTTP+JSON bindings and its
+agent card behind the project's own DoorAuth.
 
 Routes (pure ASGI, matched on the path with runs of ``/`` collapsed, as DoorAuth reads it):
 
 * ``POST /`` (any all-slashes path): JSON-RPC, :mod:`gateway.rpc`;
 * ``GET /.well-known/agent-card.json``: the card, :mod:`gateway.agent_card`;
 * ``GET /resources/files/<path>``: a file under the session's ``out/`` (operator only);
-* ``GET /healthz``: ``200 ok``, naming nothing.
+* ``GET /healthz``: ``200 ok``, naming nothing;
+* every other path: the HTTP+JSON binding, :mod:`gateway.rest` (``/message:send``,
+  ``/tasks/{id}``, ...), on the same handlers as JSON-RPC; ``404`` for anything else.
 
 The :class:`Door` it returns is what the member runtime drives: the ASGI ``app``, the
 member's ``tasks`` (:class:`DoorTasks`: :class:`LocalTasks` over a task ``store`` here, or a
@@ -34,7 +36,8 @@ from gateway.credentials import OPERATOR_CREDENTIAL
 from gateway.http_io import send_json, send_response
 from gateway.jsonrpc import dumps
 from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, route_path
-from gateway.rpc import RpcEndpoint
+from gateway.rest import RestEndpoint
+from gateway.rpc import JsonRpcEndpoint, RpcEndpoint
 from gateway.tasks import (
     DEFAULT_MAX_FINISHED,
     DEFAULT_MAX_FINISHED_BYTES,
@@ -77,8 +80,9 @@ class DoorTasks(Protocol):
     relay of a gateway member (:class:`gateway.relay.RelayTasks`, the tasks run in the
     upstream A2A server). The member runtime drives either through :class:`Door`."""
 
-    #: The JSON-RPC endpoint serving these tasks (``POST /``).
-    endpoint: ASGIApp
+    #: The JSON-RPC endpoint serving these tasks (``POST /``); the HTTP+JSON binding
+    #: dispatches to its handlers too.
+    endpoint: JsonRpcEndpoint
 
     @property
     def held(self) -> int:
@@ -107,8 +111,8 @@ class LocalTasks:
         self.store = TaskStore(agent, settings.gate, trace,
                                max_finished=settings.max_finished_tasks,
                                max_finished_bytes=settings.max_finished_bytes)
-        self.endpoint: ASGIApp = RpcEndpoint(self.store, trace, max_body=policy.max_body,
-                                             stop=self.store.request_stop)
+        self.endpoint: JsonRpcEndpoint = RpcEndpoint(
+            self.store, trace, max_body=policy.max_body, stop=self.store.request_stop)
 
     @property
     def held(self) -> int:
@@ -176,6 +180,7 @@ class Door:
         tasks.on_stop(self._stopping)
         self._card = card
         self._rpc = tasks.endpoint
+        self._rest = RestEndpoint(tasks.endpoint, max_body=policy.max_body)
         self._out_root = (os.path.realpath(settings.out_dir)
                           if settings.out_dir is not None else None)
         #: The A2A app without DoorAuth (for benchmarks and tests that set the Caller).
@@ -320,7 +325,7 @@ class Door:
             else:
                 await _not_allowed(send, b"GET, HEAD")
         else:
-            await _error(send, 404, "not_found", "There is nothing at this path.")
+            await self._rest(scope, receive, send)  # the HTTP+JSON binding, or 404
 
     async def _file(self, scope: Scope, send: Send, relative: str, caller: Caller) -> None:
         """A regular file under ``out/``: no ``..``, no absolute path, no way out through a

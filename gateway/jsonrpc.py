@@ -8,11 +8,12 @@ what a caller sent: a string holding a lone UTF-16 surrogate (a valid ``\\ud800`
 in the request) is written with JSON escapes instead of raw UTF-8 (see :func:`dumps`),
 and a Server-Sent Event never holds a character a client's line splitter breaks on.
 
-Every error the door answers on its JSON-RPC endpoint comes from :data:`ERROR_TABLE`
-(code, standard message, ``google.rpc.ErrorInfo`` reason and domain), as A2A 1.0 section
-9.5 describes: ``error.data`` is an array of ProtoJSON ``Any`` objects, the first an
+Every A2A error the door answers comes from :data:`ERROR_TABLE` (code, standard message,
+``google.rpc.ErrorInfo`` reason and domain, HTTP status), as A2A 1.0 section 9.5
+describes: ``error.data`` is an array of ProtoJSON ``Any`` objects, the first an
 ``ErrorInfo``. JSON-RPC errors travel with HTTP 200; only the auth middleware answers
-with 401/403.
+with 401/403. The HTTP+JSON binding (:mod:`gateway.rest`) sends the same error as a
+``google.rpc.Status`` with the table's HTTP status (:meth:`RpcError.status_object`).
 """
 
 from __future__ import annotations
@@ -38,40 +39,62 @@ RequestId = str | int | None
 
 @dataclass(frozen=True, slots=True)
 class ErrorSpec:
+    """One row of the error table: the JSON-RPC ``code`` and standard ``message``, the
+    ErrorInfo ``reason`` and ``domain``, and for the HTTP+JSON binding the HTTP status
+    and the ``google.rpc.Code`` name it travels with (docs/bindings.md)."""
+
     code: int
     message: str
     reason: str
+    http: int
+    status: str
     domain: str = A2A_DOMAIN
 
 
-#: The one table of every JSON-RPC error the door sends: name -> code, message, reason.
+#: The one table of every A2A error the door sends, on either binding: name -> JSON-RPC
+#: code, message, ErrorInfo reason, HTTP status, google.rpc.Code. The HTTP statuses are
+#: A2A 1.0's (section 5.4) where it names one: ``409`` for a task that cannot be
+#: canceled, ``400`` for a content type or version; a busy member is ``503`` with
+#: ``Retry-After``, the transient refusal HTTP clients already retry.
 ERROR_TABLE: Mapping[str, ErrorSpec] = {
-    "PARSE_ERROR": ErrorSpec(-32700, "Invalid JSON payload", "PARSE_ERROR"),
-    "INVALID_REQUEST": ErrorSpec(-32600, "Request payload validation error", "INVALID_REQUEST"),
-    "METHOD_NOT_FOUND": ErrorSpec(-32601, "Method not found", "METHOD_NOT_FOUND"),
-    "INVALID_PARAMS": ErrorSpec(-32602, "Invalid parameters", "INVALID_PARAMS"),
-    "INTERNAL_ERROR": ErrorSpec(-32603, "Internal error", "INTERNAL_ERROR"),
-    "TASK_NOT_FOUND": ErrorSpec(-32001, "Task not found", "TASK_NOT_FOUND"),
-    "TASK_NOT_CANCELABLE": ErrorSpec(-32002, "Task cannot be canceled", "TASK_NOT_CANCELABLE"),
+    "PARSE_ERROR": ErrorSpec(-32700, "Invalid JSON payload", "PARSE_ERROR",
+                             400, "INVALID_ARGUMENT"),
+    "INVALID_REQUEST": ErrorSpec(-32600, "Request payload validation error", "INVALID_REQUEST",
+                                 400, "INVALID_ARGUMENT"),
+    "METHOD_NOT_FOUND": ErrorSpec(-32601, "Method not found", "METHOD_NOT_FOUND",
+                                  404, "NOT_FOUND"),
+    "INVALID_PARAMS": ErrorSpec(-32602, "Invalid parameters", "INVALID_PARAMS",
+                                400, "INVALID_ARGUMENT"),
+    "INTERNAL_ERROR": ErrorSpec(-32603, "Internal error", "INTERNAL_ERROR", 500, "INTERNAL"),
+    "TASK_NOT_FOUND": ErrorSpec(-32001, "Task not found", "TASK_NOT_FOUND", 404, "NOT_FOUND"),
+    "TASK_NOT_CANCELABLE": ErrorSpec(-32002, "Task cannot be canceled", "TASK_NOT_CANCELABLE",
+                                     409, "FAILED_PRECONDITION"),
     "PUSH_NOTIFICATION_NOT_SUPPORTED": ErrorSpec(
-        -32003, "Push Notification is not supported", "PUSH_NOTIFICATION_NOT_SUPPORTED"
-    ),
+        -32003, "Push Notification is not supported", "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        400, "FAILED_PRECONDITION"),
     "UNSUPPORTED_OPERATION": ErrorSpec(
-        -32004, "This operation is not supported", "UNSUPPORTED_OPERATION"
-    ),
+        -32004, "This operation is not supported", "UNSUPPORTED_OPERATION",
+        400, "FAILED_PRECONDITION"),
     "CONTENT_TYPE_NOT_SUPPORTED": ErrorSpec(
-        -32005, "Incompatible content types", "CONTENT_TYPE_NOT_SUPPORTED"
-    ),
-    "INVALID_AGENT_RESPONSE": ErrorSpec(-32006, "Invalid agent response", "INVALID_AGENT_RESPONSE"),
+        -32005, "Incompatible content types", "CONTENT_TYPE_NOT_SUPPORTED",
+        400, "INVALID_ARGUMENT"),
+    "INVALID_AGENT_RESPONSE": ErrorSpec(-32006, "Invalid agent response",
+                                        "INVALID_AGENT_RESPONSE", 502, "INTERNAL"),
     "EXTENDED_AGENT_CARD_NOT_CONFIGURED": ErrorSpec(
-        -32007, "Extended agent card is not configured", "EXTENDED_AGENT_CARD_NOT_CONFIGURED"
-    ),
+        -32007, "Extended agent card is not configured", "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        400, "FAILED_PRECONDITION"),
     "EXTENSION_SUPPORT_REQUIRED": ErrorSpec(
-        -32008, "Extension support required", "EXTENSION_SUPPORT_REQUIRED"
-    ),
-    "VERSION_NOT_SUPPORTED": ErrorSpec(-32009, "Version not supported", "VERSION_NOT_SUPPORTED"),
-    "MEMBER_BUSY": ErrorSpec(-32050, "member busy", "MEMBER_BUSY", MURMUR_DOMAIN),
+        -32008, "Extension support required", "EXTENSION_SUPPORT_REQUIRED",
+        400, "FAILED_PRECONDITION"),
+    "VERSION_NOT_SUPPORTED": ErrorSpec(-32009, "Version not supported", "VERSION_NOT_SUPPORTED",
+                                       400, "FAILED_PRECONDITION"),
+    "MEMBER_BUSY": ErrorSpec(-32050, "member busy", "MEMBER_BUSY", 503, "UNAVAILABLE",
+                             MURMUR_DOMAIN),
 }
+#: The same rows by JSON-RPC code (an upstream's error carries only its code).
+ERROR_BY_CODE: Mapping[int, ErrorSpec] = {spec.code: spec for spec in ERROR_TABLE.values()}
+#: The same rows by ErrorInfo reason (an HTTP+JSON upstream's error names its reason).
+ERROR_BY_REASON: Mapping[str, ErrorSpec] = {spec.reason: spec for spec in ERROR_TABLE.values()}
 
 
 class RpcError(GatewayError):
@@ -115,6 +138,20 @@ class RpcError(GatewayError):
             "metadata": self.metadata,
         }
         return {"code": self.spec.code, "message": self.message, "data": [info, *self.extra]}
+
+    def status_object(self) -> tuple[int, dict[str, Any]]:
+        """This error in the HTTP+JSON binding: its HTTP status and the
+        ``google.rpc.Status`` document (``code``, ``status``, ``message``, ``details``
+        holding the same ErrorInfo and detail objects as the JSON-RPC ``data``)."""
+        error = self.error_object()
+        spec = ERROR_BY_CODE.get(error["code"], ERROR_TABLE["INTERNAL_ERROR"])
+        details = error.get("data")
+        if not (isinstance(details, list) and details
+                and all(isinstance(detail, dict) and "@type" in detail for detail in details)):
+            details = [{"@type": ERROR_INFO_TYPE, "reason": spec.reason,
+                        "domain": spec.domain, "metadata": {}}]
+        return spec.http, {"error": {"code": spec.http, "status": spec.status,
+                                     "message": error["message"], "details": details}}
 
 
 def member_busy(retry_after_ms: int) -> RpcError:

@@ -24,6 +24,8 @@ from typing import Any, Final
 A2A_VERSION: Final = "1.0"
 #: The ``protocolBinding`` of the door's JSON-RPC interface on its card.
 JSONRPC_BINDING: Final = "JSONRPC"
+#: The ``protocolBinding`` of the door's HTTP+JSON (REST) interface on its card.
+HTTP_JSON_BINDING: Final = "HTTP+JSON"
 
 
 class TaskState(StrEnum):

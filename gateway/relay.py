@@ -62,7 +62,6 @@ from gateway.tasks import (
     parse_status_time,
 )
 from gateway.trace_bus import TraceBus, utc_timestamp
-from gateway.types import ASGIApp
 from gateway.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("murmur.relay")
@@ -127,8 +126,8 @@ class RelayTasks(TaskListeners):
         self._accepting = True
         self._followers: dict[str, asyncio.Task[None]] = {}
         self._cancels: set[asyncio.Task[None]] = set()
-        self.endpoint: ASGIApp = RelayEndpoint(self, trace, max_body=policy.max_body,
-                                               stop=self.request_stop)
+        self.endpoint: JsonRpcEndpoint = RelayEndpoint(self, trace, max_body=policy.max_body,
+                                                       stop=self.request_stop)
 
     # --- 1. what the door knows --------------------------------------------------------
 

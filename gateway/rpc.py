@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -57,7 +57,7 @@ from gateway.jsonrpc import (
 from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, TERMINAL_STATES, VERSION_HEADER
 from gateway.tasks import StreamEvent, TaskRecord, TaskStore, acts_as_operator
 from gateway.trace_bus import TraceBus
-from gateway.types import Receive, Scope, Send
+from gateway.types import Headers, Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
 
@@ -120,7 +120,8 @@ class JsonRpcEndpoint:
         self._trace = trace
         self._max_body = max_body
         self._stop = stop
-        self._keepalive = _KeepAlive(keepalive)
+        #: The one keep-alive timer of this door's streams, on either binding.
+        self.keepalive = KeepAlive(keepalive)
         self._unary: dict[str, Unary] = {"murmur.StopSession": self.stop_session}
         self._streaming: dict[str, Streaming] = {"murmur.WatchSession": self.watch_session}
 
@@ -130,21 +131,19 @@ class JsonRpcEndpoint:
         try:
             content_type, version = _rpc_headers(scope)
             if not is_json_content_type(content_type):
-                raise _content_type_not_supported()
+                raise content_type_not_supported()
             value = scope.get(RPC_SCOPE_KEY)
             if value is None:
                 value = parse_body(await read_body(receive, self._max_body))
             request = parse_request(value)
             request_id = request.id
-            _check_version(scope, version)  # before the name: 0.3 names are not ours
-            unary = self._unary.get(request.method)
-            streaming = None if unary is not None else self._streaming.get(request.method)
-            if unary is None and streaming is None:
-                raise _unknown_method(request.method)
+            check_version(scope, version)  # before the name: 0.3 names are not ours
+            unary, streaming = self.handlers(request.method)
             caller = caller_of(scope)
             if streaming is not None:
                 events = await streaming(request.params, caller)
-                await _stream(receive, send, request_id, events, self._keepalive)
+                await serve_stream(receive, send, events, self.keepalive,
+                                   _JsonRpcFraming(request_id))
                 return
             assert unary is not None
             answer = encode_result(request_id, await unary(request.params, caller))
@@ -160,6 +159,19 @@ class JsonRpcEndpoint:
             log.exception("JSON-RPC request %s failed", _loggable_id(request_id))
             answer = encode_error(request_id, RpcError("INTERNAL_ERROR"))
         await send_json(send, status, answer)
+
+    def handlers(self, method: str) -> tuple[Unary | None, Streaming | None]:
+        """The handler of ``method``: (unary, None) or (None, streaming); the refusal of a
+        method this door does not serve (``-32601``, or the push and extended-card
+        methods' own codes). The HTTP+JSON binding dispatches through this too, so both
+        bindings run one implementation of each method."""
+        unary = self._unary.get(method)
+        if unary is not None:
+            return unary, None
+        streaming = self._streaming.get(method)
+        if streaming is None:
+            raise _unknown_method(method)
+        return None, streaming
 
     # --- murmur methods ----------------------------------------------------------------
 
@@ -340,14 +352,14 @@ def _rpc_headers(scope: Scope) -> tuple[bytes | None, bytes | None]:
     return (content_type if types == 1 else None), version
 
 
-def _content_type_not_supported() -> RpcError:
+def content_type_not_supported() -> RpcError:
     return RpcError(
         "CONTENT_TYPE_NOT_SUPPORTED",
-        "send the JSON-RPC body with Content-Type: application/json",
+        "send the body with Content-Type: application/json (or application/a2a+json)",
         metadata={"supportedContentTypes": ", ".join(sorted(JSON_MEDIA_TYPES))})
 
 
-def _check_version(scope: Scope, header_value: bytes | None) -> None:
+def check_version(scope: Scope, header_value: bytes | None) -> None:
     """A2A-Version from the header (or the query parameter the spec also allows)."""
     version = requested_version(scope, header_value)
     if serves_version(version):
@@ -426,8 +438,8 @@ def _ignore_outcome(task: asyncio.Task[None]) -> None:
         task.exception()  # retrieved, so asyncio does not log it as never retrieved
 
 
-class _KeepAlive:
-    """One timer for every open stream of an endpoint: every ``interval / 2`` seconds,
+class KeepAlive:
+    """One timer for every open stream of a door: every ``interval / 2`` seconds,
     each stream silent for that long gets a comment, so none stays silent for
     ``interval``. Measured: a timer (or a task) per stream added 7-20% to a short
     SendStreamingMessage; a shared one costs a set insertion."""
@@ -460,28 +472,51 @@ class _KeepAlive:
         self._timer = self._loop.call_later(self._step, self._tick)
 
 
-async def _stream(receive: Receive, send: Send, request_id: RequestId,
-                  events: AsyncIterator[Any], keepalive: _KeepAlive) -> None:
-    """Send ``events`` as SSE until they end or the client goes away; a comment keeps an
-    idle stream alive (clients time out on silence)."""
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+class StreamFraming(Protocol):
+    """How a binding writes one stream event and a stream's closing error."""
+
+    def event(self, result: Any) -> bytes: ...
+    def error(self, error: RpcError) -> bytes: ...
+
+
+class _JsonRpcFraming:
+    """JSON-RPC streams: each event a JSON-RPC response with the request's id."""
+
+    __slots__ = ("_request_id",)
+
+    def __init__(self, request_id: RequestId) -> None:
+        self._request_id = request_id
+
+    def event(self, result: Any) -> bytes:
+        return sse_result(self._request_id, result)
+
+    def error(self, error: RpcError) -> bytes:
+        return sse_error(self._request_id, error)
+
+
+async def serve_stream(receive: Receive, send: Send, events: AsyncIterator[Any],
+                       keepalive: KeepAlive, framing: StreamFraming,
+                       headers: Headers = SSE_HEADERS) -> None:
+    """Send ``events`` as SSE, framed by ``framing``, until they end or the client goes
+    away; a comment keeps an idle stream alive (clients time out on silence)."""
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     writer = _SseWriter(send)
     keepalive.add(writer)
 
     async def pump() -> None:
         try:
             async for result in events:
-                await writer.write(sse_result(request_id, result))
+                await writer.write(framing.event(result))
                 # Let the disconnect watcher run between events: a replayed backlog would
                 # otherwise keep writing to a socket the client has closed.
                 await asyncio.sleep(0)
                 if watching.done():
                     return
         except RpcError as exc:
-            await writer.write(sse_error(request_id, exc))
+            await writer.write(framing.error(exc))
         except Exception:
-            log.exception("stream %s failed", _loggable_id(request_id))
-            await writer.write(sse_error(request_id, RpcError("INTERNAL_ERROR")))
+            log.exception("stream failed")
+            await writer.write(framing.error(RpcError("INTERNAL_ERROR")))
 
     pumping = asyncio.ensure_future(pump())
     watching = asyncio.ensure_future(wait_disconnect(receive))

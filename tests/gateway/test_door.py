@@ -56,7 +56,7 @@ async def test_healthz_answers_ok_and_names_nothing() -> None:
 async def test_unknown_paths_and_wrong_methods() -> None:
     door = make_door(echo)
     async with client_for(door.app) as client:
-        missing = await client.get("/tasks/1")
+        missing = await client.get("/nothing/here")  # /tasks/1 is the HTTP+JSON GetTask
         get_rpc = await client.get("/")
         post_card = await client.post("/.well-known/agent-card.json")
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
@@ -82,7 +82,8 @@ async def test_the_card_describes_the_member_and_its_session() -> None:
         card = (await client.get("/.well-known/agent-card.json")).json()
     assert card["name"] == "coder" and card["version"] == "1.2.0"
     assert card["supportedInterfaces"] == [
-        {"url": BASE_URL, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]
+        {"url": BASE_URL, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": BASE_URL, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}]
     capabilities = card["capabilities"]
     assert capabilities["streaming"] is True and capabilities["pushNotifications"] is False
     assert capabilities["extensions"] == [{

@@ -46,8 +46,9 @@ async def test_the_card_describes_the_upstream_agent() -> None:
 
 async def test_the_card_is_reached_at_the_door_with_the_doors_security() -> None:
     card, upstream = await served_card()
-    assert card["supportedInterfaces"] == [{"url": DOOR_URL, "protocolBinding": "JSONRPC",
-                                            "protocolVersion": "1.0"}]
+    assert card["supportedInterfaces"] == [
+        {"url": DOOR_URL, "protocolBinding": binding, "protocolVersion": "1.0"}
+        for binding in ("JSONRPC", "HTTP+JSON")]
     assert upstream["supportedInterfaces"][0]["url"] != DOOR_URL
     assert "bearer" in card["securitySchemes"]
     assert card["securityRequirements"] == [{"schemes": {"bearer": {"list": []}}}]

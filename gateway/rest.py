@@ -1,0 +1,203 @@
+"""The door's HTTP+JSON binding (A2A 1.0 section 11): the same methods as the JSON-RPC
+endpoint, run by the same handlers, in another framing.
+
+A request is judged in this order, the first failure answering (docs/bindings.md):
+
+1. the route: the verb and path name a method (:func:`gateway.rest_routes.match_rest`,
+   the match DoorAuth made when there is one); a path of the binding with another verb
+   is ``405`` with ``Allow``, any other path the door's ``404``;
+2. the ``Content-Type``: a POST that carries a body, or that comes from a browser (an
+   ``Origin`` header), must declare JSON (``-32005``, before the body is read), so no web
+   page can send one without a CORS preflight;
+3. the body, read once and bounded (``413`` past the door's limit), one JSON object
+   (``-32700``);
+4. the A2A version (``-32009``), before the method is looked up;
+5. the method, from the JSON-RPC endpoint's own table (:meth:`JsonRpcEndpoint.handlers`:
+   the push configuration paths and ``/extendedAgentCard`` are refused as their
+   JSON-RPC methods are);
+6. the parameters: the body's fields, then the path's ids, then the query's (camelCase,
+   A2A 1.0 section 11.5; unknown names ignored), validated by the method's handler
+   (``-32602`` naming the field).
+
+A unary answer is ``200`` with the method's result as the body; a stream is Server-Sent
+Events whose ``data`` is each ``StreamResponse`` (keep-alive comments as on JSON-RPC).
+Every error is a ``google.rpc.Status`` with the ErrorInfo of the JSON-RPC table and that
+row's HTTP status (:meth:`gateway.jsonrpc.RpcError.status_object`); a stream that fails
+once open ends with an ``event: error`` carrying the same document. A busy member's
+``503`` also says ``Retry-After`` (whole seconds, rounded up).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+from urllib.parse import parse_qsl
+
+from gateway.caller import REST_SCOPE_KEY, caller_of
+from gateway.http_io import BodyTooLarge, is_json_content_type, read_body
+from gateway.jsonrpc import SSE_HEADERS, RequestError, RpcError, dumps, parse_body, sse_event
+from gateway.protocol import VERSION_HEADER, route_path
+from gateway.rest_routes import RestMatch, RestRoute, match_rest
+from gateway.rpc import JsonRpcEndpoint, check_version, content_type_not_supported, serve_stream
+from gateway.types import Headers, Receive, Scope, Send
+
+log = logging.getLogger("murmur.door")
+
+#: The media type of every JSON answer of the binding (A2A 1.0 section 11.1).
+A2A_JSON: bytes = b"application/a2a+json"
+#: Query parameters that are numbers or booleans on the wire (the rest are strings).
+_INTEGER_QUERY = frozenset({"pageSize", "historyLength"})
+_BOOLEAN_QUERY = {"true": True, "false": False}
+#: Query parameters each method reads; any other name is ignored (section 5.7).
+_QUERY_FIELDS: dict[str, frozenset[str]] = {
+    "GetTask": frozenset({"historyLength"}),
+    "ListTasks": frozenset({"contextId", "status", "pageSize", "pageToken", "historyLength",
+                            "statusTimestampAfter", "includeArtifacts"}),
+}
+_VERSION = VERSION_HEADER.encode("ascii")
+_ORIGIN = b"origin"
+_NOT_FOUND = b'{"error":"not_found","message":"There is nothing at this path."}'
+
+
+class RestEndpoint:
+    """Every path of the HTTP+JSON binding, served by ``rpc``'s handlers (a local door's
+    or a relay's), with ``rpc``'s keep-alive for streams."""
+
+    def __init__(self, rpc: JsonRpcEndpoint, *, max_body: int) -> None:
+        self._rpc = rpc
+        self._max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route: RestRoute | None = scope.get(REST_SCOPE_KEY)
+        if route is None:
+            match = match_rest(scope["method"], route_path(scope))
+            if match is None or match.route is None:
+                await _no_route(send, match)
+                return
+            route = match.route
+        try:
+            params = await self._params(scope, receive, route)
+            unary, streaming = self._rpc.handlers(route.method)
+            caller = caller_of(scope)
+            if streaming is not None:
+                events = await streaming(params, caller)
+                await serve_stream(receive, send, events, self._rpc.keepalive, _RestFraming,
+                                   SSE_HEADERS)
+                return
+            assert unary is not None
+            body = dumps(await unary(params, caller))
+        except BodyTooLarge:
+            await _send(send, 413, b'{"error":"payload_too_large","message":'
+                                   b'"the request body is over the size this door reads"}',
+                        b"application/json")
+            return
+        except RequestError as exc:
+            await _send_error(send, exc.error)
+            return
+        except RpcError as exc:
+            await _send_error(send, exc)
+            return
+        except Exception:  # no traceback ever reaches a caller
+            log.exception("HTTP+JSON %s failed", route.method)
+            await _send_error(send, RpcError("INTERNAL_ERROR"))
+            return
+        await _send(send, 200, body)
+
+    async def _params(self, scope: Scope, receive: Receive, route: RestRoute) -> dict[str, Any]:
+        """Steps 2-4 and 6's gathering: the method's parameters from body, path and query."""
+        content_type: bytes | None = None
+        content_types = 0
+        version: bytes | None = None
+        from_browser = False
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value
+                content_types += 1
+            elif name == _VERSION and version is None:
+                version = value
+            elif name == _ORIGIN:
+                from_browser = True
+        params: dict[str, Any] = {}
+        if scope["method"] == "POST":
+            json_declared = content_types == 1 and is_json_content_type(content_type)
+            if from_browser and not json_declared:
+                raise content_type_not_supported()
+            body = await read_body(receive, self._max_body)
+            if body.strip():
+                if not json_declared:
+                    raise content_type_not_supported()
+                value = parse_body(body)
+                if type(value) is not dict:
+                    raise RpcError("INVALID_REQUEST", "the body must be one JSON object")
+                params = value
+            elif route.method in ("SendMessage", "SendStreamingMessage") and not json_declared:
+                raise content_type_not_supported()
+        check_version(scope, version)
+        self._rpc.handlers(route.method)  # refused before its parameters are judged
+        if route.task_id is not None:
+            params["id"] = route.task_id  # the path's id wins over one in the body
+        if route.tenant is not None:
+            params["tenant"] = route.tenant
+        fields = _QUERY_FIELDS.get(route.method)
+        if fields is not None and scope.get("query_string"):
+            params.update(_query(scope["query_string"], fields))
+        return params
+
+
+def _query(query_string: bytes, fields: frozenset[str]) -> dict[str, Any]:
+    """The query's parameters among ``fields``, the first of each name, numbers and
+    booleans as such (a value that is not one is passed on as text, and the method's
+    validation names the field)."""
+    found: dict[str, Any] = {}
+    for key, text in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+        if key not in fields or key in found:
+            continue
+        value: Any = text
+        if key in _INTEGER_QUERY and text.isdigit() and text.isascii() and len(text) < 10:
+            value = int(text)
+        elif key == "includeArtifacts" and text.lower() in _BOOLEAN_QUERY:
+            value = _BOOLEAN_QUERY[text.lower()]
+        found[key] = value
+    return found
+
+
+class _RestFraming:
+    """HTTP+JSON streams: each event's ``data`` is the StreamResponse itself."""
+
+    @staticmethod
+    def event(result: Any) -> bytes:
+        return sse_event(dumps(result))
+
+    @staticmethod
+    def error(error: RpcError) -> bytes:
+        return sse_event(dumps(error.status_object()[1]), event="error")
+
+
+async def _send(send: Send, status: int, body: bytes, media_type: bytes = A2A_JSON,
+                extra: Headers | None = None) -> None:
+    headers: Headers = [(b"content-type", media_type),
+                        (b"content-length", str(len(body)).encode("ascii"))]
+    if extra:
+        headers.extend(extra)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_error(send: Send, error: RpcError) -> None:
+    status, document = error.status_object()
+    extra: Headers = []
+    retry_ms = error.metadata.get("retryAfterMs")
+    if retry_ms is not None and retry_ms.isdigit():
+        extra.append((b"retry-after", str(max(1, math.ceil(int(retry_ms) / 1000))).encode()))
+    await _send(send, status, dumps(document), A2A_JSON, extra)
+
+
+async def _no_route(send: Send, match: RestMatch | None) -> None:
+    if match is None:
+        await _send(send, 404, _NOT_FOUND, b"application/json")
+        return
+    allow = ", ".join(match.allowed).encode("ascii")
+    body = dumps({"error": "method_not_allowed",
+                  "message": f"This path answers {allow.decode('ascii')} only."})
+    await _send(send, 405, body, b"application/json", [(b"allow", allow)])
