@@ -108,6 +108,8 @@ class AuthPolicy:
     max_body: int = 1 << 20
     #: Serve the card without its session extension to a request with no credential.
     public_card: bool = False
+    #: Web origins whose pages may call the door (CORS, :mod:`gateway.cors`); none: off.
+    allow_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.member is not None and (

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from gateway.agent_card import CardInfo, CardRoute
 from gateway.auth import AuthPolicy, DoorAuth
 from gateway.caller import Caller, caller_of
+from gateway.cors import Cors
 from gateway.credentials import OPERATOR_CREDENTIAL
 from gateway.http_io import send_json, send_response
 from gateway.jsonrpc import dumps
@@ -185,8 +186,11 @@ class Door:
                           if settings.out_dir is not None else None)
         #: The A2A app without DoorAuth (for benchmarks and tests that set the Caller).
         self.inner_app: ASGIApp = _DoorApp(self)
-        #: The door as served: DoorAuth in front of the A2A app.
+        #: The door as served: DoorAuth in front of the A2A app, and CORS in front of
+        #: both when the policy names origins.
         self.app: ASGIApp = DoorAuth(self.inner_app, policy)
+        if policy.allow_origins:
+            self.app = Cors(self.app, policy.allow_origins)
 
     @property
     def store(self) -> TaskStore:

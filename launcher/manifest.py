@@ -110,6 +110,28 @@ def _host(value: str) -> str:
                   "`:port`), with no scheme or path", value)
 
 
+def origin_problem(value: str) -> str | None:
+    """Why ``value`` is not a web origin a door may allow (``*``, or ``scheme://host`` with
+    an optional port, nothing after it), or ``None``."""
+    if value == "*":
+        return None
+    scheme, separator, rest = value.partition("://")
+    if not separator or scheme not in ("http", "https"):
+        return f"must be `*` or an origin such as `http://localhost:5173`, and `{value}` is not"
+    if not rest or any(mark in rest for mark in "/?#@") or not _HOST.fullmatch(rest):
+        return (f"must be an origin (scheme, host and optional port, nothing after), and "
+                f"`{value}` is not")
+    if value != value.lower():
+        return f"must be written in lower case as browsers send it, and `{value}` is not"
+    return None
+
+
+def _origin(value: str) -> str:
+    return _check(origin_problem(value), "write each origin as a browser sends it in its "
+                  "`Origin` header, such as `http://localhost:5173` (no path, no trailing `/`), "
+                  "or `*` for any origin", value)
+
+
 def _non_blank(value: str) -> str:
     return _check("must not be blank" if not value.strip() else None, "write a value", value)
 
@@ -156,6 +178,7 @@ Name = Annotated[str, AfterValidator(_name)]
 Version = Annotated[str, AfterValidator(_version)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 Host = Annotated[str, AfterValidator(_host)]
+WebOrigin = Annotated[str, AfterValidator(_origin)]
 NonBlank = Annotated[str, AfterValidator(_non_blank)]
 RelativeFile = Annotated[str, AfterValidator(_relative_file)]
 Algorithm = Annotated[str, AfterValidator(_algorithm)]
@@ -526,10 +549,19 @@ class Authentication(_Strict):
         return self
 
 
+class Cors(_Strict):
+    allow_origins: list[WebOrigin] = Field(
+        default_factory=list, description="web origins whose pages may call the door")
+
+
 class Network(_Strict):
     authentication: Authentication | None = Field(
         default=None, description="absent for a public door; `{}` for a door that accepts only the "
         "operator token and formation tokens")
+    cors: Cors = Field(default_factory=Cors)
+    public_card: bool = Field(
+        default=False, description="serve the agent card, without the session extension, "
+        "to callers with no credential")
 
     @classmethod
     def _refuse_empty(cls, data: Mapping[str, Any]) -> None:

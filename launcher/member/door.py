@@ -4,7 +4,9 @@
   door takes the session's operator token, the declared bearer tokens (read from the
   environment variables the manifest names) and JWT issuers (key files inside the
   capsule), and, when the member was handed a formation channel, formation tokens
-  issued for it (``FormationVerifier`` over the channel's key and formation id).
+  issued for it (``FormationVerifier`` over the channel's key and formation id);
+  ``network.public_card`` and ``network.cors.allow_origins`` pass to the policy as they
+  are.
 * :func:`gate_config`: ``lifecycle`` with the ``--lifecycle-*`` overrides.
 * :func:`card_info`: what the agent card says.
 * :func:`agent_environment`: what every task is told (``task.env`` is
@@ -50,9 +52,11 @@ def auth_policy(manifest: Manifest, *, operator: OperatorToken, place: Formation
                 capsule_dir: Path, environ: Mapping[str, str], capsule: str) -> AuthPolicy:
     """What the door accepts. Raises ``DiagnosticError`` (``E-RUN-042``) when a declared
     credential cannot be set up; the text names the variable or file, never a token."""
-    authentication = manifest.network.authentication
+    network = manifest.network
+    authentication = network.authentication
+    origins = tuple(network.cors.allow_origins)
     if authentication is None:
-        return AuthPolicy()
+        return AuthPolicy(allow_origins=origins)
     try:
         bearers = tuple(
             DeclaredBearer.from_env(bearer.name, bearer.env, bearer.scopes, environ)
@@ -69,7 +73,8 @@ def auth_policy(manifest: Manifest, *, operator: OperatorToken, place: Formation
     return AuthPolicy(
         authenticated=True, operator=operator, bearers=bearers, jwt_issuers=issuers,
         verifier=verifier, member=place.member if verifier is not None else None,
-        accept_peer_tasks=manifest.serves_peers)
+        accept_peer_tasks=manifest.serves_peers, public_card=network.public_card,
+        allow_origins=origins)
 
 
 def _issuer(issuer: Any, capsule_dir: Path) -> JwtIssuer:
