@@ -1,14 +1,15 @@
 """The door's side of a gateway member's upstream: the A2A server the door stands in
 front of (DESIGN.md section 13), spoken to over HTTP. In this order:
 
-1. the card: :func:`fetch_card` reads it at ``card_path`` and :func:`interface_url`
-   finds the JSON-RPC 1.0 interface on it, or refuses with :class:`UpstreamCardError`
-   naming what the card offers instead;
+1. the card: :func:`fetch_card` reads it at ``card_path`` and :func:`upstream_interface`
+   finds its JSON-RPC 1.0 interface (or else its HTTP+JSON 1.0 one) on it, or refuses
+   with :class:`UpstreamCardError` naming what the card offers instead;
 2. the client, :class:`UpstreamClient`: one aiohttp session (measured at a fraction of
-   httpx's CPU per request, ``loadtests/bench_proxy.py``), JSON-RPC calls with the door's
-   own request ids, ``A2A-Version: 1.0`` and the manifest's headers and nothing of the
-   caller's; :meth:`UpstreamClient.call` for a unary answer, :meth:`UpstreamClient.stream`
-   for Server-Sent Events read as they arrive;
+   httpx's CPU per request, ``loadtests/bench_proxy.py``), requests framed for the
+   upstream's binding (:class:`JsonRpcFraming`, with the door's own request ids, or
+   ``gateway.upstream_rest.RestFraming``), ``A2A-Version: 1.0`` and the manifest's
+   headers and nothing of the caller's; :meth:`UpstreamClient.call` for a unary answer,
+   :meth:`UpstreamClient.stream` for Server-Sent Events read as they arrive;
 3. failures: an upstream's own JSON-RPC error is raised as :class:`UpstreamError` and
    passes through to the caller as it came; anything else (no connection, a reset, an
    HTTP status that is not 200, a body that is not JSON-RPC) is the door's ``-32603``
@@ -22,14 +23,14 @@ import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
 from gateway.errors import GatewayError
 from gateway.jsonrpc import STRICT_JSON, RpcError, dumps
-from gateway.protocol import A2A_VERSION, JSONRPC_BINDING, VERSION_HEADER
+from gateway.protocol import A2A_VERSION, HTTP_JSON_BINDING, JSONRPC_BINDING, VERSION_HEADER
 
 #: The most a single answer or Server-Sent Event of the upstream may hold; past it the
 #: answer is refused as not JSON-RPC (a bound on the door's memory, docs/limits.md).
@@ -37,6 +38,8 @@ MAX_UPSTREAM_BYTES: Final = 16 * 1024 * 1024
 CONNECT_SECONDS: Final = 10.0
 CARD_SECONDS: Final = 5.0
 #: Hosts a card names when its server does not know where it is reached.
+#: The bindings a door speaks to an upstream in, the one it prefers first.
+_BINDINGS: Final = (JSONRPC_BINDING, HTTP_JSON_BINDING)
 _LOCAL_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})  # noqa: S104
 
 
@@ -72,13 +75,15 @@ def not_answered(member: str, what: str) -> RpcError:
 # 1. The card
 
 
-def interface_url(card: Mapping[str, Any], card_url: str) -> str:
-    """The URL of the card's JSON-RPC interface for A2A 1.0, on the origin the card was
-    read from when the card names a loopback or wildcard host (``localhost``,
+def upstream_interface(card: Mapping[str, Any], card_url: str) -> tuple[str, str]:
+    """The binding and URL the door speaks to its upstream in: the card's JSON-RPC
+    interface for A2A 1.0, else its HTTP+JSON one. The URL is taken on the origin the
+    card was read from when the card names a loopback or wildcard host (``localhost``,
     ``127.0.0.1``, ``0.0.0.0``): such a card was written by a server that does not know
     the address it is reached at (a port picked by the runtime, a container's name)."""
     interfaces = card.get("supportedInterfaces")
     offered: list[str] = []
+    found: dict[str, str] = {}
     if isinstance(interfaces, list):
         for entry in interfaces:
             if not isinstance(entry, dict):
@@ -86,14 +91,22 @@ def interface_url(card: Mapping[str, Any], card_url: str) -> str:
             binding, version = entry.get("protocolBinding"), entry.get("protocolVersion")
             offered.append(f"{binding} {version}")
             url = entry.get("url")
-            if binding == JSONRPC_BINDING and str(version) == A2A_VERSION and \
+            if binding in _BINDINGS and str(version) == A2A_VERSION and \
                     isinstance(url, str) and url.startswith(("http://", "https://")):
-                return _on_card_origin(url, card_url)
+                found.setdefault(binding, _on_card_origin(url, card_url))
+    for binding in _BINDINGS:
+        if binding in found:
+            return binding, found[binding]
     what = ", ".join(offered) if offered else "no supportedInterfaces"
     raise UpstreamCardError(
         f"the agent card at {card_url} offers {what}; a gateway member needs an interface "
-        f"with protocolBinding {JSONRPC_BINDING} and protocolVersion {A2A_VERSION} (serve "
-        f"A2A 1.0 over JSON-RPC, as a2a-sdk 1.x and @a2a-js/sdk 1.x do)")
+        f"with protocolBinding {JSONRPC_BINDING} or {HTTP_JSON_BINDING} and protocolVersion "
+        f"{A2A_VERSION} (serve A2A 1.0, as a2a-sdk 1.x and @a2a-js/sdk 1.x do)")
+
+
+def interface_url(card: Mapping[str, Any], card_url: str) -> str:
+    """The URL of :func:`upstream_interface`."""
+    return upstream_interface(card, card_url)[1]
 
 
 def _on_card_origin(url: str, card_url: str) -> str:
@@ -129,19 +142,76 @@ async def fetch_card(session: aiohttp.ClientSession, card_url: str,
 # 2. The client
 
 
-class UpstreamClient:
-    """JSON-RPC to one upstream at ``rpc_url`` for the member ``member`` (the name the
-    door's errors use). The session is made in the running loop on first use."""
+class UpstreamFraming(Protocol):
+    """How requests to the upstream are written and its answers read, for the binding its
+    card offers: :class:`JsonRpcFraming` here, ``gateway.upstream_rest.RestFraming``."""
 
-    def __init__(self, rpc_url: str, *, member: str, headers: Mapping[str, str],
-                 limit: int = 100) -> None:
-        self.rpc_url = rpc_url
+    def request(self, method: str, params: Mapping[str, Any]) -> tuple[str, str, bytes | None]:
+        """The verb, URL and body of a request for ``method``."""
+
+    def answer(self, status: int, body: bytes, member: str) -> Any:
+        """The result of a whole answer; :class:`UpstreamError` for the upstream's own
+        error, :func:`not_answered` for anything that is not an answer."""
+
+    def event(self, data: bytes, member: str) -> Any:
+        """The result of one Server-Sent Event's data (or the error it carries)."""
+
+
+class JsonRpcFraming:
+    """A2A over JSON-RPC: every request a ``POST`` to the interface URL, with the door's
+    own request ids."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._ids = itertools.count(1)
+
+    def request(self, method: str, params: Mapping[str, Any]) -> tuple[str, str, bytes | None]:
+        body = dumps({"jsonrpc": "2.0", "id": next(self._ids), "method": method,
+                      "params": params})
+        return "POST", self.url, body
+
+    def answer(self, status: int, body: bytes, member: str) -> Any:
+        if status != 200:
+            raise not_answered(member, f"answered HTTP {status}")
+        return self.event(body, member)
+
+    def event(self, data: bytes, member: str) -> Any:
+        """The ``result`` of one JSON-RPC response, or the error it carries."""
+        value = read_json(data)
+        if not isinstance(value, dict):
+            raise not_answered(member, "sent something that is not JSON-RPC")
+        error = value.get("error")
+        if isinstance(error, dict) and type(error.get("code")) is int and \
+                isinstance(error.get("message"), str):
+            raise UpstreamError(error)
+        if "result" not in value:
+            raise not_answered(member, "sent a JSON-RPC answer with no result")
+        return value["result"]
+
+
+def read_json(body: bytes) -> Any:
+    """``body`` as strict JSON; None when it is not JSON or is over the door's bound."""
+    try:
+        return STRICT_JSON.decode(body.decode("utf-8")) \
+            if len(body) <= MAX_UPSTREAM_BYTES else None
+    except (ValueError, RecursionError):
+        return None
+
+
+class UpstreamClient:
+    """One upstream at ``url`` for the member ``member`` (the name the door's errors
+    use), spoken to in the binding its card offers (``framing``: JSON-RPC by default).
+    The session is made in the running loop on first use."""
+
+    def __init__(self, url: str, *, member: str, headers: Mapping[str, str],
+                 limit: int = 100, framing: UpstreamFraming | None = None) -> None:
+        self.url = url
         self.member = member
+        self._framing = framing if framing is not None else JsonRpcFraming(url)
         self._headers = {**headers, "Content-Type": "application/json",
                          VERSION_HEADER: A2A_VERSION}
         self._stream_headers = {**self._headers, "Accept": "text/event-stream"}
         self._limit = limit
-        self._ids = itertools.count(1)
         self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:  # the member, never the address
@@ -158,73 +228,48 @@ class UpstreamClient:
             await self._session.close()
             self._session = None
 
-    def _body(self, method: str, params: Mapping[str, Any]) -> bytes:
-        return dumps({"jsonrpc": "2.0", "id": next(self._ids), "method": method,
-                      "params": params})
-
     async def call(self, method: str, params: Mapping[str, Any]) -> Any:
-        """The upstream's ``result`` for one request; :class:`UpstreamError` for its own
+        """The upstream's result for one request; :class:`UpstreamError` for its own
         error, the door's ``-32603`` for anything else."""
+        verb, url, body = self._framing.request(method, params)
         try:
-            async with self.session.post(self.rpc_url, data=self._body(method, params),
-                                         headers=self._headers,
-                                         allow_redirects=False) as response:
-                if response.status != 200:
-                    raise not_answered(self.member, f"answered HTTP {response.status}")
-                body = await response.content.read(MAX_UPSTREAM_BYTES + 1)
+            async with self.session.request(verb, url, data=body, headers=self._headers,
+                                            allow_redirects=False) as response:
+                status = response.status
+                answer = await response.content.read(MAX_UPSTREAM_BYTES + 1)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise not_answered(self.member, _failure(exc)) from None
-        return self._answer(body)
+        return self._framing.answer(status, answer, self.member)
 
     async def stream(self, method: str,
                      params: Mapping[str, Any]) -> AsyncIterator[Any]:
-        """The ``result`` of each event of a streaming request, as each arrives. Opening
+        """The result of each event of a streaming request, as each arrives. Opening
         happens before this returns, so a refusal is the request's own answer; a stream
         that breaks later raises in the iteration."""
+        verb, url, body = self._framing.request(method, params)
         try:
-            response = await self.session.post(
-                self.rpc_url, data=self._body(method, params), headers=self._stream_headers,
-                allow_redirects=False)
+            response = await self.session.request(
+                verb, url, data=body, headers=self._stream_headers, allow_redirects=False)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise not_answered(self.member, _failure(exc)) from None
-        if response.status != 200:
-            response.release()
-            raise not_answered(self.member, f"answered HTTP {response.status}")
-        if not response.content_type.startswith("text/event-stream"):
-            try:  # a JSON answer to a stream request: one error (or result), then done
-                body = await response.content.read(MAX_UPSTREAM_BYTES + 1)
+        if response.status != 200 or not response.content_type.startswith("text/event-stream"):
+            try:  # a whole answer to a stream request: one error (or result), then done
+                answer = await response.content.read(MAX_UPSTREAM_BYTES + 1)
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 raise not_answered(self.member, _failure(exc)) from None
             finally:
                 response.release()
-            return _single(self._answer(body))
+            return _single(self._framing.answer(response.status, answer, self.member))
         return self._events(response)
 
     async def _events(self, response: aiohttp.ClientResponse) -> AsyncIterator[Any]:
         try:
             async for data in _sse_data(response.content, self.member):
-                yield self._answer(data)
+                yield self._framing.event(data, self.member)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise not_answered(self.member, _failure(exc)) from None
         finally:
             response.close()
-
-    def _answer(self, body: bytes) -> Any:
-        """The ``result`` of one JSON-RPC response body, or the error it carries."""
-        try:
-            value = STRICT_JSON.decode(body.decode("utf-8")) \
-                if len(body) <= MAX_UPSTREAM_BYTES else None
-        except (ValueError, RecursionError):
-            value = None
-        if not isinstance(value, dict):
-            raise not_answered(self.member, "sent something that is not JSON-RPC")
-        error = value.get("error")
-        if isinstance(error, dict) and type(error.get("code")) is int and \
-                isinstance(error.get("message"), str):
-            raise UpstreamError(error)
-        if "result" not in value:
-            raise not_answered(self.member, "sent a JSON-RPC answer with no result")
-        return value["result"]
 
 
 def new_session(limit: int = 100) -> aiohttp.ClientSession:

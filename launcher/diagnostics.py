@@ -428,10 +428,12 @@ TABLE: tuple[CodeEntry, ...] = (
         "the A2A server of {capsule} {version} did not come up: {problem}",
         "{fix}",
         "A gateway member (`agent.a2a`) prints its readiness line only once its upstream "
-        "serves an agent card with a JSONRPC interface for A2A 1.0. This code says what "
+        "serves an agent card with a JSONRPC or HTTP+JSON interface for A2A 1.0 (the door "
+        "serves both bindings to its callers whichever one the upstream speaks). This code "
+        "says what "
         "happened instead: `agent.a2a.command` cannot be started, it exited before it "
         "served its card (with its exit status), the card was not served within 120 "
-        "seconds, the card is not a card or offers no JSONRPC 1.0 interface (naming the "
+        "seconds, the card is not a card or offers neither interface for A2A 1.0 (naming the "
         "interfaces it offers), or a `${VAR}` of `agent.a2a.headers` is not set.",
         "murmur-door",
     ),

@@ -10,9 +10,9 @@ the order a session uses it:
    of its own, its stdout and stderr on the member's stderr (the launcher prefixes them
    with the member's name and keeps them in its log); for ``url``, nothing to start.
 3. :meth:`Upstream.wait_for_card`: the card read at ``card_path`` until it answers
-   (within the readiness budget), the JSON-RPC 1.0 interface found on it; every way
-   this fails is ``E-RUN-049`` naming what happened (an upstream that exited says its
-   exit status).
+   (within the readiness budget), its JSON-RPC 1.0 interface (else its HTTP+JSON one)
+   found on it; every way this fails is ``E-RUN-049`` naming what happened (an upstream
+   that exited says its exit status).
 4. :meth:`Upstream.exited`: waits for a started upstream to exit on its own; the session
    then ends with ``E-RUN-050``.
 5. :meth:`Upstream.stop`: SIGTERM to the process group, SIGKILL 5 s later.
@@ -33,14 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from gateway.egress import peers_environ
-from gateway.protocol import PEERS_ENV
+from gateway.protocol import HTTP_JSON_BINDING, PEERS_ENV
 from gateway.upstream import (
     UpstreamCardError,
     UpstreamClient,
     fetch_card,
-    interface_url,
     new_session,
+    upstream_interface,
 )
+from gateway.upstream_rest import RestFraming
 from launcher.diagnostics import Diagnostic, DiagnosticError
 from launcher.manifest import A2aAgent, UpstreamHeaderError
 from launcher.member.outcome import (
@@ -175,11 +176,13 @@ class Upstream:
         finally:
             await session.close()
         try:
-            self.rpc_url = interface_url(card, self.card_url)
+            binding, self.rpc_url = upstream_interface(card, self.card_url)
         except UpstreamCardError as exc:
             raise DiagnosticError(_not_ready(self.spec, str(exc), _CARD_FIX)) from None
         self.card = card
-        return UpstreamClient(self.rpc_url, member=self.spec.member, headers=self.headers)
+        framing = RestFraming(self.rpc_url) if binding == HTTP_JSON_BINDING else None
+        return UpstreamClient(self.rpc_url, member=self.spec.member, headers=self.headers,
+                              framing=framing)
 
     def _check_alive(self) -> None:
         process = self.process
@@ -216,7 +219,7 @@ class Upstream:
                 await asyncio.wait_for(process.wait(), grace)
 
 
-_CARD_FIX = ("serve an A2A 1.0 agent card with a JSONRPC interface at "
+_CARD_FIX = ("serve an A2A 1.0 agent card with a JSONRPC or HTTP+JSON interface at "
              "`agent.a2a.card_path` (default /.well-known/agent-card.json)")
 
 

@@ -35,7 +35,11 @@ import uvicorn
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
@@ -58,7 +62,8 @@ from gateway.relay import RelayTasks, build_gateway_door
 from gateway.tasks import GateConfig
 from gateway.tokens import FormationKey, FormationVerifier
 from gateway.trace_bus import TraceBus
-from gateway.upstream import UpstreamClient, fetch_card, interface_url, new_session
+from gateway.upstream import UpstreamClient, fetch_card, new_session, upstream_interface
+from gateway.upstream_rest import RestFraming
 from tests.support.door import A2A_HEADERS, BASE_URL, card_info
 
 CHUNK_INTERVAL_S = 0.3
@@ -157,14 +162,15 @@ class ScriptedExecutor(AgentExecutor):
 # --------------------------------------------------------------------- card
 
 
-def agent_card(port: int) -> AgentCard:
-    """The upstream's card, with a signature the door must drop (it signs another card)."""
+def agent_card(port: int, binding: str = "JSONRPC") -> AgentCard:
+    """The upstream's card, with a signature the door must drop (it signs another card);
+    its one interface is ``binding`` (``JSONRPC`` at ``/``, or ``HTTP+JSON`` at the root)."""
+    url = f"http://127.0.0.1:{port}{RPC_PATH if binding == 'JSONRPC' else ''}"
     return AgentCard(
         name=UPSTREAM_NAME,
         description=UPSTREAM_DESCRIPTION,
         version=UPSTREAM_VERSION,
-        supported_interfaces=[AgentInterface(url=f"http://127.0.0.1:{port}{RPC_PATH}",
-                                             protocol_binding="JSONRPC",
+        supported_interfaces=[AgentInterface(url=url, protocol_binding=binding,
                                              protocol_version="1.0")],
         provider=AgentProvider(**UPSTREAM_PROVIDER),
         capabilities=AgentCapabilities(streaming=True, push_notifications=True),
@@ -266,12 +272,14 @@ def _rpc_of(body: bytes) -> tuple[str | None, Any, Any]:
 # --------------------------------------------------------------------- app and server
 
 
-def build_app(port: int) -> Recorder:
-    card = agent_card(port)
+def build_app(port: int, binding: str = "JSONRPC") -> Recorder:
+    """The SDK's server speaking one binding only: its JSON-RPC routes, or its REST ones."""
+    card = agent_card(port, binding)
     handler = DefaultRequestHandler(agent_executor=ScriptedExecutor(),
                                     task_store=InMemoryTaskStore(), agent_card=card)
-    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url=RPC_PATH)
-    return Recorder(Starlette(routes=routes))
+    served = (create_jsonrpc_routes(handler, rpc_url=RPC_PATH) if binding == "JSONRPC"
+              else create_rest_routes(handler))
+    return Recorder(Starlette(routes=create_agent_card_routes(card) + served))
 
 
 class _InLoopServer(uvicorn.Server):
@@ -292,7 +300,7 @@ def _loopback_socket() -> socket.socket:
 
 
 @contextlib.asynccontextmanager
-async def running_upstream() -> AsyncIterator[tuple[str, Recorder]]:
+async def running_upstream(binding: str = "JSONRPC") -> AsyncIterator[tuple[str, Recorder]]:
     """The upstream served on 127.0.0.1 at a free port, in this event loop; yields its
     base URL (``http://127.0.0.1:PORT``, the card at :data:`CARD_PATH`, JSON-RPC at
     ``/``) and its recorder. Startup is bounded by :data:`STARTUP_WAIT_S`; on the way
@@ -300,7 +308,7 @@ async def running_upstream() -> AsyncIterator[tuple[str, Recorder]]:
     :data:`SHUTDOWN_WAIT_S`)."""
     sock = _loopback_socket()
     port = int(sock.getsockname()[1])
-    recorder = build_app(port)
+    recorder = build_app(port, binding)
     config = uvicorn.Config(recorder, log_level="error", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=1)
     server = _InLoopServer(config)
@@ -377,15 +385,16 @@ def formation_policy(key: FormationKey, operator: OperatorToken) -> AuthPolicy:
                       member="coder", accept_peer_tasks=True)
 
 
-async def upstream_card(upstream_url: str) -> tuple[dict[str, Any], str]:
-    """The upstream's card as the runtime reads it, and the JSON-RPC URL on it."""
+async def upstream_card(upstream_url: str) -> tuple[dict[str, Any], str, str]:
+    """The upstream's card as the runtime reads it, and the binding and URL it speaks."""
     card_url = upstream_url + CARD_PATH
     session = new_session()
     try:
         card = await fetch_card(session, card_url, {})
     finally:
         await session.close()
-    return card, interface_url(card, card_url)
+    binding, url = upstream_interface(card, card_url)
+    return card, binding, url
 
 
 async def gateway_formation(upstream_url: str, recorder: Recorder, *,
@@ -394,14 +403,15 @@ async def gateway_formation(upstream_url: str, recorder: Recorder, *,
     """The door of ``coder`` in front of the upstream at ``upstream_url`` (``rpc_url``:
     relay to that address instead of the card's, e.g. one nothing listens on). The
     caller closes it with ``await formation.door.aclose()``."""
-    card, card_rpc_url = await upstream_card(upstream_url)
+    card, binding, card_rpc_url = await upstream_card(upstream_url)
     key, operator = FormationKey.generate(), OperatorToken.generate()
     policy = formation_policy(key, operator)
     records: list[dict[str, Any]] = []
     trace = TraceBus()
     trace.add_sink(records.append)
-    client = UpstreamClient(rpc_url or card_rpc_url, member="coder",
-                            headers=MANIFEST_HEADERS)
+    url = rpc_url or card_rpc_url
+    client = UpstreamClient(url, member="coder", headers=MANIFEST_HEADERS,
+                            framing=RestFraming(url) if binding == "HTTP+JSON" else None)
     settings = DoorSettings(card=card_info(),
                             gate=gate or GateConfig(concurrency=8, queue_depth=0))
     door = build_gateway_door(client, card, settings, policy=policy, trace=trace)
@@ -409,9 +419,11 @@ async def gateway_formation(upstream_url: str, recorder: Recorder, *,
 
 
 @contextlib.asynccontextmanager
-async def gateway_member(gate: GateConfig | None = None) -> AsyncIterator[GatewayFormation]:
-    """An upstream running, and the door of ``coder`` in front of it (closed after)."""
-    async with running_upstream() as (upstream_url, recorder):
+async def gateway_member(gate: GateConfig | None = None,
+                         binding: str = "JSONRPC") -> AsyncIterator[GatewayFormation]:
+    """An upstream running (speaking ``binding`` only), and the door of ``coder`` in front
+    of it (closed after)."""
+    async with running_upstream(binding) as (upstream_url, recorder):
         formation = await gateway_formation(upstream_url, recorder, gate=gate)
         try:
             yield formation
