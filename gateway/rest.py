@@ -6,7 +6,7 @@ A request is judged in this order, the first failure answering (docs/bindings.md
 1. the route: the verb and path name a method (:func:`gateway.rest_routes.match_rest`,
    the match DoorAuth made when there is one); a path of the binding with another verb
    is ``405`` with ``Allow``, any other path the door's ``404``;
-2. the ``Content-Type``: a POST that carries a body, or that comes from a browser (an
+2. the ``Content-Type``: a POST that announces a body, or that comes from a browser (an
    ``Origin`` header), must declare JSON (``-32005``, before the body is read), so no web
    page can send one without a CORS preflight;
 3. the body, read once and bounded (``413`` past the door's limit), one JSON object
@@ -110,6 +110,7 @@ class RestEndpoint:
         content_types = 0
         version: bytes | None = None
         from_browser = False
+        announced_body = False
         for name, value in scope["headers"]:
             if name == b"content-type":
                 content_type = value
@@ -118,11 +119,15 @@ class RestEndpoint:
                 version = value
             elif name == _ORIGIN:
                 from_browser = True
+            elif name == b"content-length":
+                announced_body = value != b"0"
+            elif name == b"transfer-encoding":
+                announced_body = True
         params: dict[str, Any] = {}
         if scope["method"] == "POST":
             json_declared = content_types == 1 and is_json_content_type(content_type)
-            if from_browser and not json_declared:
-                raise content_type_not_supported()
+            if (from_browser or announced_body) and not json_declared:
+                raise content_type_not_supported()  # before a byte of the body is read
             body = await read_body(receive, self._max_body)
             if body.strip():
                 if not json_declared:
