@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import unquote_plus
 
 from gateway.caller import REST_SCOPE_KEY, caller_of
 from gateway.http_io import BodyTooLarge, is_json_content_type, read_body
@@ -155,7 +155,10 @@ def _query(query_string: bytes, fields: frozenset[str]) -> dict[str, Any]:
     booleans as such (a value that is not one is passed on as text, and the method's
     validation names the field)."""
     found: dict[str, Any] = {}
-    for key, text in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+    for part in query_string.decode("latin-1").split("&"):
+        key, _, text = part.partition("=")
+        if "%" in part or "+" in part:  # encoded: decoded as parse_qsl would (UTF-8)
+            key, text = unquote_plus(key), unquote_plus(text)
         if key not in fields or key in found:
             continue
         value: Any = text
