@@ -1,13 +1,17 @@
 """Door throughput and latency: the door with DoorAuth (formation token), the same door
 without DoorAuth, and an a2a-sdk server (DefaultRequestHandler + InMemoryTaskStore) with
-the same trivial agent; GetTask and SendMessage; requests/s, p50 and p99.
+the same trivial agent; GetTask and SendMessage; requests/s, p50 and p99. Both bindings:
+JSON-RPC (``POST /``) on all three, and HTTP+JSON (``GET /tasks/{id}``, ``POST
+/message:send``) on the door with DoorAuth (the same token) and on a2a-sdk's own REST
+server (``create_rest_routes``, the same handler and agent): rows ``door+auth REST`` and
+``a2a-sdk REST``, and the ratios door REST / door JSON-RPC and door REST / a2a-sdk REST.
 
 Each server runs under uvicorn in a process of its own on 127.0.0.1:0 (its port read
 from its first stdout line); the load comes from another process: ``wrk`` is not used
 (not installed here), a bounded asyncio generator with keep-alive connections and a
-minimal HTTP/1.1 reader is. Every phase is bounded in time; the whole run takes about
-a minute and a half (3 rounds of 3 s per server and method). Results:
-``loadtests/results/bench_door.json`` and ``.md``.
+minimal HTTP/1.1 reader is. Every phase is bounded in time and in request count
+(``--max-requests``); the whole run takes about two and a half minutes (3 rounds of 3 s
+per row and method). Results: ``loadtests/results/bench_door.json`` and ``.md``.
 
     .venv/bin/python loadtests/bench_door.py [--duration 3] [--rounds 3] [--concurrency 16]
 """
@@ -28,9 +32,27 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "loadtests" / "results"
-SERVERS = ("door+auth", "door", "a2a-sdk")
+SERVERS = ("door+auth", "door", "a2a-sdk", "a2a-sdk-rest")  # one process each
+BINDINGS = ("jsonrpc", "rest")
+#: Each row of the results: its server process and the binding the load speaks. The door
+#: serves both bindings from one process; a2a-sdk's JSON-RPC and REST apps are separate.
+#: Measured in this order within a round, so that the pairs of the goal ratios run back
+#: to back (door+auth REST / door+auth, door+auth / door, door / a2a-sdk, a2a-sdk /
+#: a2a-sdk REST), and in the reverse order every other round: the first phase of a block
+#: on a process runs slower (its task store still filling), and no row should always be
+#: the one that pays for it.
+ROWS: dict[str, tuple[str, str]] = {
+    "door+auth REST": ("door+auth", "rest"),
+    "door+auth": ("door+auth", "jsonrpc"),
+    "door": ("door", "jsonrpc"),
+    "a2a-sdk": ("a2a-sdk", "jsonrpc"),
+    "a2a-sdk REST": ("a2a-sdk-rest", "rest"),
+}
+#: The order of the rows in the tables (the JSON-RPC rows first, as before).
+SHOWN = ("door+auth", "door", "a2a-sdk", "door+auth REST", "a2a-sdk REST")
 METHODS = ("GetTask", "SendMessage")
 WARMUP_SECONDS = 1.0
+MAX_REQUESTS = 200_000  # per phase, warm-up included: far above what 4 s reach here
 
 # --- the servers (run in their own process) ------------------------------------------
 
@@ -60,13 +82,19 @@ def door_app(with_auth: bool) -> tuple[Any, str | None]:
     return build_door(trivial, settings, policy=policy).app, token
 
 
-def sdk_app() -> Any:
-    """An a2a-sdk JSON-RPC server with the same trivial agent."""
+def sdk_app(rest: bool = False) -> Any:
+    """An a2a-sdk server with the same trivial agent: JSON-RPC at ``/``, or with ``rest``
+    the SDK's HTTP+JSON routes (``create_rest_routes``: ``/message:send``,
+    ``/tasks/{id}``, ...)."""
     from a2a.helpers.proto_helpers import new_task
     from a2a.server.agent_execution import AgentExecutor, RequestContext
     from a2a.server.events import EventQueue
     from a2a.server.request_handlers import DefaultRequestHandler
-    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.routes import (
+        create_agent_card_routes,
+        create_jsonrpc_routes,
+        create_rest_routes,
+    )
     from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
     from a2a.types.a2a_pb2 import (
         AgentCapabilities,
@@ -95,14 +123,16 @@ def sdk_app() -> Any:
     card = AgentCard(
         name="bench", description="benchmark", version="1",
         supported_interfaces=[AgentInterface(url="http://127.0.0.1/",
-                                             protocol_binding="JSONRPC",
+                                             protocol_binding="HTTP+JSON" if rest
+                                             else "JSONRPC",
                                              protocol_version="1.0")],
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"], default_output_modes=["text/plain"])
     handler = DefaultRequestHandler(agent_executor=Trivial(), task_store=InMemoryTaskStore(),
                                     agent_card=card)
-    return Starlette(routes=[*create_jsonrpc_routes(handler, "/"),
-                             *create_agent_card_routes(card)])
+    routes = create_rest_routes(handler) if rest else create_jsonrpc_routes(handler, "/")
+    # The card first: the REST routes end with a catch-all ``/{tenant}`` mount.
+    return Starlette(routes=[*create_agent_card_routes(card), *routes])
 
 
 def serve(kind: str) -> None:
@@ -113,8 +143,8 @@ def serve(kind: str) -> None:
 
     logging.disable(logging.WARNING)  # the SDK logs every request at INFO/WARNING
     token: str | None = None
-    if kind == "a2a-sdk":
-        app = sdk_app()
+    if kind in ("a2a-sdk", "a2a-sdk-rest"):
+        app = sdk_app(rest=kind == "a2a-sdk-rest")
     else:
         app, token = door_app(with_auth=kind == "door+auth")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -161,18 +191,47 @@ def rpc_request(port: int, token: str | None, method: str, params: dict[str, Any
     return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
 
 
+def rest_request(port: int, token: str | None, method: str, target: str,
+                 params: dict[str, Any] | None = None) -> bytes:
+    """An HTTP+JSON request: ``method`` (GET or POST) on ``target``, ``params`` as the
+    JSON body of a POST."""
+    body = json.dumps(params, separators=(",", ":")).encode() if params is not None else b""
+    headers = [f"{method} {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", "A2A-Version: 1.0"]
+    if params is not None:
+        headers += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    if token:
+        headers.append(f"Authorization: Bearer {token}")
+    return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+
+
+def send_request(binding: str, port: int, token: str | None) -> bytes:
+    """One SendMessage (a new message id each) in ``binding``."""
+    if binding == "rest":
+        return rest_request(port, token, "POST", "/message:send", send_params())
+    return rpc_request(port, token, "SendMessage", send_params())
+
+
+def get_request(binding: str, port: int, token: str | None, task_id: str) -> bytes:
+    """GetTask of ``task_id`` without its history, in ``binding``."""
+    if binding == "rest":
+        return rest_request(port, token, "GET", f"/tasks/{task_id}?historyLength=0")
+    return rpc_request(port, token, "GetTask", {"id": task_id, "historyLength": 0})
+
+
 def send_params() -> dict[str, Any]:
     return {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
                         "parts": [{"text": "ping"}]}}
 
 
-async def load(port: int, token: str | None, method: str, duration: float,
-               concurrency: int) -> dict[str, Any]:
+async def load(port: int, token: str | None, method: str, binding: str, duration: float,
+               concurrency: int, max_requests: int) -> dict[str, Any]:
     first = Connection(*await asyncio.open_connection("127.0.0.1", port))
-    status, body = await first.request(rpc_request(port, token, "SendMessage", send_params()))
-    task = json.loads(body)["result"]["task"]
-    assert status == 200 and task["status"]["state"] == "TASK_STATE_COMPLETED", body[:300]
-    get_raw = rpc_request(port, token, "GetTask", {"id": task["id"], "historyLength": 0})
+    status, body = await first.request(send_request(binding, port, token))
+    assert status == 200, body[:300]
+    answer = json.loads(body)  # HTTP+JSON: the result itself, without the envelope
+    task = (answer if binding == "rest" else answer["result"])["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", body[:300]
+    get_raw = get_request(binding, port, token, task["id"])
     expect = b'"TASK_STATE_COMPLETED"'
     latencies: list[float] = []
     errors = 0
@@ -180,16 +239,19 @@ async def load(port: int, token: str | None, method: str, duration: float,
     start = time.perf_counter()
     measure_from = start + WARMUP_SECONDS
     stop = measure_from + duration
+    capped_at: float | None = None  # when max_requests was reached, if it was
 
     async def worker() -> None:
-        nonlocal errors, total
+        nonlocal errors, total, capped_at
         connection = Connection(*await asyncio.open_connection("127.0.0.1", port))
         clock = time.perf_counter
         while True:
-            raw = get_raw if method == "GetTask" else rpc_request(
-                port, token, "SendMessage", send_params())
+            raw = get_raw if method == "GetTask" else send_request(binding, port, token)
             began = clock()
             if began >= stop:
+                break
+            if total >= max_requests:
+                capped_at = capped_at or began
                 break
             status, body = await connection.request(raw)
             ended = clock()
@@ -205,9 +267,11 @@ async def load(port: int, token: str | None, method: str, duration: float,
     first.writer.close()
     latencies.sort()
     count = len(latencies)
+    seconds = duration if capped_at is None else max(capped_at - measure_from, 1e-3)
     return {
-        "requests": count, "errors": errors, "seconds": duration, "all_requests": total,
-        "rps": round(count / duration, 1),
+        "requests": count, "errors": errors, "seconds": round(seconds, 3),
+        "all_requests": total, "capped": capped_at is not None,
+        "rps": round(count / seconds, 1),
         "p50_ms": round(latencies[count // 2] * 1000, 3) if count else None,
         "p99_ms": round(latencies[min(count - 1, int(count * 0.99))] * 1000, 3) if count else None,
         "mean_ms": round(statistics.fmean(latencies) * 1000, 3) if count else None,
@@ -218,7 +282,8 @@ def run_load(args: argparse.Namespace) -> None:
     import uvloop
 
     token = sys.stdin.readline().strip() or None
-    result = uvloop.run(load(args.port, token, args.method, args.duration, args.concurrency))
+    result = uvloop.run(load(args.port, token, args.method, args.binding, args.duration,
+                             args.concurrency, args.max_requests))
     print(json.dumps(result), flush=True)
 
 
@@ -244,22 +309,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(kind: str, pid: int, port: int, token: str, method: str, duration: float,
-            concurrency: int) -> dict[str, Any]:
+def measure(kind: str, pid: int, port: int, token: str, method: str, binding: str,
+            args: argparse.Namespace) -> dict[str, Any]:
     """One phase. Besides wall-clock rates, the server's own CPU time per request: on a
     machine that other work shares, it moves far less than requests/s do."""
     cpu_before = cpu_seconds(pid)
     completed = subprocess.run(
         [sys.executable, __file__, "--load", "--port", str(port), "--method", method,
-         "--duration", str(duration), "--concurrency", str(concurrency)],
+         "--binding", binding, "--duration", str(args.duration),
+         "--concurrency", str(args.concurrency), "--max-requests", str(args.max_requests)],
         cwd=ROOT, input=token + "\n", capture_output=True, text=True,
-        timeout=duration + WARMUP_SECONDS + 60, check=False)
+        timeout=args.duration + WARMUP_SECONDS + 60, check=False)
     if completed.returncode != 0:
         raise SystemExit(f"load against {kind} {method} failed:\n{completed.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
     cpu_us = (cpu_seconds(pid) - cpu_before) / result["all_requests"] * 1e6
     result["server_cpu_us_per_request"] = round(cpu_us, 1)
     result["cpu_bound_rps_per_core"] = round(1e6 / cpu_us, 1) if cpu_us else None
+    result["binding"] = "HTTP+JSON" if binding == "rest" else "JSON-RPC"
     return result
 
 
@@ -279,7 +346,11 @@ def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float
           cores: int) -> str:
     lines = [f"# Door benchmark ({cores} cores, one run, median of the rounds)", "",
              "Server CPU per request is the server process's user+system time over the",
-             "requests of a phase; `_cpu` ratios compare those costs.", "",
+             "requests of a phase; `_cpu` ratios compare those costs. Rows without",
+             "`REST` speak JSON-RPC; `REST` rows the HTTP+JSON binding (`GET /tasks/{id}`,",
+             "`POST /message:send`). `door+auth REST` is the door with DoorAuth and the",
+             "same token as `door+auth`; `a2a-sdk REST` is a2a-sdk's `create_rest_routes`.",
+             "",
              "| server | method | req/s | p50 ms | p99 ms | server CPU us/req | errors |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for server, by_method in results.items():
@@ -288,7 +359,8 @@ def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float
                          f"{row['p99_ms']} | {row['server_cpu_us_per_request']} | "
                          f"{row['errors']} |")
     lines += ["", "| ratio | value | goal |", "|---|---:|---|"]
-    goals = {"auth_vs_no_auth": ">= 0.9", "door_vs_sdk": ">= 3"}
+    goals = {"auth_vs_no_auth": ">= 0.9", "door_vs_sdk": ">= 3",
+             "door_rest_vs_door_jsonrpc": ">= 0.9", "door_rest_vs_sdk_rest": ">= 3"}
     for name, value in ratios.items():
         goal = next((g for prefix, g in goals.items() if name.startswith(prefix)), "")
         lines.append(f"| {name} | {value} | {goal} |")
@@ -296,26 +368,27 @@ def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float
 
 
 def orchestrate(args: argparse.Namespace) -> None:
-    """All three servers stay up; the phases are interleaved round by round (server after
-    server for each method), and each row reports the round with the median rate, so a
-    burst of load from elsewhere on the machine hits every server alike."""
+    """All the servers stay up; the phases are interleaved round by round (row after row
+    for each method, the order reversed every other round), and each row reports the
+    round with the median rate, so a burst of load from elsewhere on the machine hits
+    every server alike."""
     began = time.monotonic()
     load_before = os.getloadavg()
     servers: dict[str, tuple[subprocess.Popen[str], int, str]] = {}
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
-        kind: {method: [] for method in METHODS} for kind in SERVERS}
+        row: {method: [] for method in METHODS} for row in ROWS}
     try:
         for kind in SERVERS:
             servers[kind] = start_server(kind)
             wait_ready(servers[kind][1])
+        order = list(ROWS.items())
         for number in range(args.rounds):
             for method in METHODS:
-                for kind in SERVERS:
+                for name, (kind, binding) in order[::-1] if number % 2 else order:
                     process, port, token = servers[kind]
-                    row = measure(kind, process.pid, port, token, method, args.duration,
-                                  args.concurrency)
-                    rounds[kind][method].append(row)
-                    print(f"round {number + 1}: {kind:10} {method:12} {row['rps']:>9} req/s  "
+                    row = measure(kind, process.pid, port, token, method, binding, args)
+                    rounds[name][method].append(row)
+                    print(f"round {number + 1}: {name:14} {method:12} {row['rps']:>9} req/s  "
                           f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
                           f"server CPU {row['server_cpu_us_per_request']} us/req  "
                           f"errors {row['errors']}", flush=True)
@@ -327,13 +400,13 @@ def orchestrate(args: argparse.Namespace) -> None:
             except subprocess.TimeoutExpired:
                 process.kill()
     results: dict[str, dict[str, dict[str, Any]]] = {}
-    for kind in SERVERS:
-        results[kind] = {}
+    for name in SHOWN:
+        results[name] = {}
         for method in METHODS:
-            rows = sorted(rounds[kind][method], key=lambda row: row["rps"])
+            rows = sorted(rounds[name][method], key=lambda row: row["rps"])
             median = dict(rows[len(rows) // 2])
-            median["rps_each_round"] = [row["rps"] for row in rounds[kind][method]]
-            results[kind][method] = median
+            median["rps_each_round"] = [row["rps"] for row in rounds[name][method]]
+            results[name][method] = median
     # A ratio is taken within each round (its two servers measured back to back), then
     # the median over the rounds.
     # Two views of every ratio: wall-clock requests/s, and the server's CPU cost per
@@ -343,7 +416,9 @@ def orchestrate(args: argparse.Namespace) -> None:
     for method in METHODS:
         for name, top, bottom in (("auth_vs_no_auth", "door+auth", "door"),
                                   ("door_vs_sdk", "door", "a2a-sdk"),
-                                  ("door_with_auth_vs_sdk", "door+auth", "a2a-sdk")):
+                                  ("door_with_auth_vs_sdk", "door+auth", "a2a-sdk"),
+                                  ("door_rest_vs_door_jsonrpc", "door+auth REST", "door+auth"),
+                                  ("door_rest_vs_sdk_rest", "door+auth REST", "a2a-sdk REST")):
             pairs = list(zip(rounds[top][method], rounds[bottom][method], strict=True))
             wall = [a["rps"] / b["rps"] for a, b in pairs if b["rps"]]
             cpu = [b["server_cpu_us_per_request"] / a["server_cpu_us_per_request"]
@@ -354,15 +429,16 @@ def orchestrate(args: argparse.Namespace) -> None:
     document = {"benchmark": "bench_door", "cores": cores, "concurrency": args.concurrency,
                 "load_average_before": load_before, "load_average_after": os.getloadavg(),
                 "seconds_per_phase": args.duration, "rounds": args.rounds,
+                "max_requests_per_phase": args.max_requests,
                 "load_generator": "asyncio (uvloop), keep-alive HTTP/1.1, another process",
                 "server": "uvicorn (httptools, uvloop), one process each",
                 "results": results, "ratios": ratios,
                 "wall_seconds": round(time.monotonic() - began, 1)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "bench_door.json").write_text(json.dumps(document, indent=2) + "\n")
-    (RESULTS / "bench_door.md").write_text(table(results, ratios, cores))
-    for name, value in ratios.items():
-        print(f"{name:34} {value}")
+    markdown = table(results, ratios, cores)
+    (RESULTS / "bench_door.md").write_text(markdown)
+    print(markdown, end="")
 
 
 def main() -> None:
@@ -371,6 +447,8 @@ def main() -> None:
     parser.add_argument("--load", action="store_true")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--method", choices=METHODS, default="GetTask")
+    parser.add_argument("--binding", choices=BINDINGS, default="jsonrpc")
+    parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS)
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
