@@ -30,13 +30,14 @@ TASK_METHODS: frozenset[str] = frozenset(
 OPERATOR_METHODS: frozenset[str] = TASK_METHODS | {
     "murmur.WatchSession", "murmur.StopSession", "resources/files", "AgentCard",
 }
-#: A2A methods a door refuses to everyone (no push notifications, no extended card):
-#: known names, so a refusal may echo them.
-REFUSED_METHODS: frozenset[str] = frozenset({
+#: The push notification configuration methods, which no door serves.
+PUSH_METHODS: frozenset[str] = frozenset({
     "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
     "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig",
-    "GetExtendedAgentCard",
 })
+#: A2A methods a door refuses to everyone (no push notifications, no extended card):
+#: known names, so a refusal may echo them.
+REFUSED_METHODS: frozenset[str] = PUSH_METHODS | {"GetExtendedAgentCard"}
 #: Exactly the five scopes a formation token carries (docs/door-auth.md).
 FORMATION_SCOPES: frozenset[str] = frozenset(
     {"SendMessage", "GetTask", "CancelTask", "ListTasks", "SubscribeToTask"}

@@ -29,7 +29,7 @@ from gateway.a2a import (
     SendMessageRequest,
     SubscribeToTaskRequest,
 )
-from gateway.caller import RPC_SCOPE_KEY, Caller, caller_of
+from gateway.caller import PUSH_METHODS, RPC_SCOPE_KEY, Caller, caller_of
 from gateway.http_io import (
     JSON_MEDIA_TYPES,
     BodyTooLarge,
@@ -64,10 +64,6 @@ log = logging.getLogger("murmur.door")
 _VERSION_HEADER_BYTES = VERSION_HEADER.encode("ascii")
 #: What a request without ``A2A-Version`` means (A2A 1.0 section 3.6.2).
 VERSION_WHEN_ABSENT = "0.3"
-PUSH_METHODS = frozenset({
-    "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig",
-})
 
 _GET_TASK_KEYS = frozenset({"id", "historyLength", "tenant"})
 #: The longest a stream stays silent (seconds) before it sends an SSE comment: half the
