@@ -34,8 +34,7 @@ from gateway.auth import AuthPolicy, DoorAuth
 from gateway.caller import Caller, caller_of
 from gateway.cors import Cors
 from gateway.credentials import OPERATOR_CREDENTIAL
-from gateway.http_io import send_json, send_response
-from gateway.jsonrpc import dumps
+from gateway.http_io import send_error, send_not_allowed, send_response
 from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, route_path
 from gateway.rest import RestEndpoint
 from gateway.rpc import JsonRpcEndpoint, RpcEndpoint
@@ -311,23 +310,23 @@ class Door:
             if method == "POST":
                 await self._rpc(scope, receive, send)
             else:
-                await _not_allowed(send, b"POST")
+                await send_not_allowed(send, b"POST")
         elif path == CARD_PATH:
             if method in ("GET", "HEAD"):
                 await self._card(scope, receive, send)
             else:
-                await _not_allowed(send, b"GET, HEAD")
+                await send_not_allowed(send, b"GET, HEAD")
         elif path == HEALTH_PATH:
             if method in ("GET", "HEAD"):
                 await send_response(send, 200, b"ok", [(b"content-type", b"text/plain")],
                                     head=method == "HEAD")
             else:
-                await _not_allowed(send, b"GET, HEAD")
+                await send_not_allowed(send, b"GET, HEAD")
         elif path.startswith(FILES_PREFIX):
             if method in ("GET", "HEAD"):
                 await self._file(scope, send, path[len(FILES_PREFIX):], caller_of(scope))
             else:
-                await _not_allowed(send, b"GET, HEAD")
+                await send_not_allowed(send, b"GET, HEAD")
         else:
             await self._rest(scope, receive, send)  # the HTTP+JSON binding, or 404
 
@@ -339,7 +338,7 @@ class Door:
         path = self._out_file(relative) if acts_as_operator(caller) else None
         opened = _open_regular(path) if path is not None else None
         if path is None or opened is None:
-            await _error(send, 404, "not_found", "No such file under the session's out/.")
+            await send_error(send, 404, "not_found", "No such file under the session's out/.")
             return
         fd, info = opened
         try:
@@ -425,17 +424,6 @@ def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | N
     trace = trace if trace is not None else TraceBus()
     card = CardRoute(settings.card, authenticated=policy.authenticated)
     return Door(LocalTasks(agent, settings, policy, trace), settings, policy, trace, card)
-
-
-async def _error(send: Send, status: int, code: str, message: str) -> None:
-    await send_json(send, status, dumps({"error": code, "message": message}))
-
-
-async def _not_allowed(send: Send, allow: bytes) -> None:
-    body = dumps({"error": "method_not_allowed",
-                  "message": f"This path answers {allow.decode('ascii')} only."})
-    await send_response(send, 405, body, [(b"content-type", b"application/json"),
-                                          (b"allow", allow)])
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

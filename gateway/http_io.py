@@ -1,10 +1,11 @@
 """Small pure-ASGI helpers the door's routes share, in this order: read a bounded body,
-send a response, wait for the client to go away, read a header, and judge the two request
-headers both DoorAuth and the JSON-RPC endpoint look at (``Content-Type``, the requested
-A2A version)."""
+send a response (and the door's own ``404``/``405`` refusals), wait for the client to go
+away, read a header, and judge the two request headers DoorAuth and both bindings look at
+(``Content-Type``, the requested A2A version)."""
 
 from __future__ import annotations
 
+import json
 from urllib.parse import parse_qsl
 
 from gateway.errors import GatewayError
@@ -52,6 +53,21 @@ async def send_json(send: Send, status: int, body: bytes) -> None:
         (b"content-length", str(len(body)).encode("ascii")),
     ]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, status: int, code: str, message: str) -> None:
+    """The door's own refusal outside any binding: ``{"error": code, "message": ...}``."""
+    await send_json(send, status, json.dumps({"error": code, "message": message},
+                                             separators=(",", ":")).encode("utf-8"))
+
+
+async def send_not_allowed(send: Send, allow: bytes) -> None:
+    """``405`` naming the verbs the path answers (``allow``, as the ``Allow`` header)."""
+    body = json.dumps({"error": "method_not_allowed",
+                       "message": f"This path answers {allow.decode('ascii')} only."},
+                      separators=(",", ":")).encode("utf-8")
+    await send_response(send, 405, body, [(b"content-type", b"application/json"),
+                                          (b"allow", allow)])
 
 
 async def wait_disconnect(receive: Receive) -> None:

@@ -35,7 +35,13 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from gateway.caller import REST_SCOPE_KEY, caller_of
-from gateway.http_io import BodyTooLarge, is_json_content_type, read_body
+from gateway.http_io import (
+    BodyTooLarge,
+    is_json_content_type,
+    read_body,
+    send_error,
+    send_not_allowed,
+)
 from gateway.jsonrpc import SSE_HEADERS, RequestError, RpcError, dumps, parse_body, sse_event
 from gateway.protocol import VERSION_HEADER, route_path
 from gateway.rest_routes import RestMatch, RestRoute, match_rest
@@ -57,7 +63,6 @@ _QUERY_FIELDS: dict[str, frozenset[str]] = {
 }
 _VERSION = VERSION_HEADER.encode("ascii")
 _ORIGIN = b"origin"
-_NOT_FOUND = b'{"error":"not_found","message":"There is nothing at this path."}'
 
 
 class RestEndpoint:
@@ -203,9 +208,6 @@ async def _send_error(send: Send, error: RpcError) -> None:
 
 async def _no_route(send: Send, match: RestMatch | None) -> None:
     if match is None:
-        await _send(send, 404, _NOT_FOUND, b"application/json")
-        return
-    allow = ", ".join(match.allowed).encode("ascii")
-    body = dumps({"error": "method_not_allowed",
-                  "message": f"This path answers {allow.decode('ascii')} only."})
-    await _send(send, 405, body, b"application/json", [(b"allow", allow)])
+        await send_error(send, 404, "not_found", "There is nothing at this path.")
+    else:
+        await send_not_allowed(send, ", ".join(match.allowed).encode("ascii"))
