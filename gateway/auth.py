@@ -509,7 +509,7 @@ class DoorAuth:
         credential = caller.credential
         if method is not None and not (
             credential.kind == "operator" or method in credential.scopes or method == "AgentCard"
-        ) and (rpc is None or _asks_for_1_0(scope)):
+        ) and ((rpc is None and rest is None) or _asks_for_1_0(scope)):
             # The operator may call anything (the app answers -32601 to an unknown name),
             # any accepted credential may read the agent card, and a call in another A2A
             # version goes on to the app's -32009: refused here, it would read like a

@@ -6,9 +6,9 @@ A request is judged in this order, the first failure answering (docs/bindings.md
 1. the route: the verb and path name a method (:func:`gateway.rest_routes.match_rest`,
    the match DoorAuth made when there is one); a path of the binding with another verb
    is ``405`` with ``Allow``, any other path the door's ``404``;
-2. the ``Content-Type``: a POST that announces a body, or that comes from a browser (an
-   ``Origin`` header), must declare JSON (``-32005``, before the body is read), so no web
-   page can send one without a CORS preflight;
+2. the ``Content-Type``: a POST that announces a body, names a content type, or comes
+   from a browser (an ``Origin`` header) must declare JSON (``-32005``, before the body
+   is read), so no web page can send one without a CORS preflight;
 3. the body, read once and bounded (``413`` past the door's limit), one JSON object
    (``-32700``);
 4. the A2A version (``-32009``), before the method is looked up;
@@ -131,7 +131,7 @@ class RestEndpoint:
         params: dict[str, Any] = {}
         if scope["method"] == "POST":
             json_declared = content_types == 1 and is_json_content_type(content_type)
-            if (from_browser or announced_body) and not json_declared:
+            if (from_browser or announced_body or content_types) and not json_declared:
                 raise content_type_not_supported()  # before a byte of the body is read
             body = await read_body(receive, self._max_body)
             if body.strip():
