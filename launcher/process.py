@@ -14,13 +14,15 @@ The member side: :func:`lifeline_from_env` adopts the inherited lifeline,
 reads its stderr any more.
 
 Both: :func:`process_start_time` and :func:`pid_alive`, which tell a live process from
-a dead one whose pid the kernel has since handed to another.
+a dead one whose pid the kernel has since handed to another, and
+:func:`forbid_inspection`, which the launcher and every member runtime call first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import re
 import select
@@ -61,6 +63,21 @@ def _read_stat(pid: int) -> tuple[str, str] | None:
         return None
     # rest[0] is field 3 (state); field 22 (starttime, clock ticks since boot) is rest[19].
     return rest[0].decode("ascii", "replace"), rest[19].decode("ascii", "replace")
+
+
+_PR_SET_DUMPABLE = 4
+
+
+def forbid_inspection() -> bool:
+    """``PR_SET_DUMPABLE`` 0 for this process: no other process of the same user may
+    ptrace it, read its memory, environment or descriptors through ``/proc``, and no core
+    dump is written; the launcher and the member runtime hold the formation's key and
+    tokens. It lasts until this process runs another program (an ``execve`` sets it back,
+    so each ``mur`` process calls this itself). Whether it was set (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
 
 
 def process_start_time(pid: int) -> str | None:

@@ -52,7 +52,13 @@ from launcher.formation.ready import (
 )
 from launcher.hostcheck import host_diagnostics
 from launcher.ids import new_formation_id
-from launcher.process import PIPE, drain, forward_lines, process_start_time
+from launcher.process import (
+    PIPE,
+    drain,
+    forbid_inspection,
+    forward_lines,
+    process_start_time,
+)
 from launcher.records import (
     PeerDirectoryExists,
     RunningRecord,
@@ -145,6 +151,7 @@ def reach_warnings(admitted: AdmittedRoster) -> list[Diagnostic]:
 
 def main(args: argparse.Namespace) -> int:
     """``mur run --roster``; the exit status."""
+    forbid_inspection()  # before the key is minted (docs/isolation.md)
     if args.resume:
         return _usage("--roster cannot --resume a session: a formation is never resumed; "
                       "launch it again, as a new formation")

@@ -41,6 +41,7 @@ from launcher.member.options import (
 from launcher.member.outcome import SESSION_NOT_STAGED, member_diagnostic
 from launcher.member.place import FormationPlace, close_place, forget_descriptors, read_place
 from launcher.member.shutdown import ProtocolOut, lifeline_grace
+from launcher.process import forbid_inspection
 
 if TYPE_CHECKING:
     from launcher.member.outcome import SessionOutcome
@@ -51,6 +52,7 @@ __all__ = ["main"]
 
 def main(args: argparse.Namespace) -> int:
     """Run one member; returns its exit status."""
+    forbid_inspection()  # before any credential is read (docs/isolation.md)
     json_mode = diagnostics_as_json(bool(getattr(args, "json", False)), os.environ)
     try:
         options = options_from(args)
