@@ -45,7 +45,14 @@ from gateway.http_io import (
 from gateway.jsonrpc import SSE_HEADERS, RequestError, RpcError, dumps, parse_body, sse_event
 from gateway.protocol import VERSION_HEADER, route_path
 from gateway.rest_routes import RestMatch, RestRoute, match_rest
-from gateway.rpc import JsonRpcEndpoint, check_version, content_type_not_supported, serve_stream
+from gateway.rpc import (
+    JsonRpcEndpoint,
+    Streaming,
+    Unary,
+    check_version,
+    content_type_not_supported,
+    serve_stream,
+)
 from gateway.types import Headers, Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
@@ -82,8 +89,7 @@ class RestEndpoint:
                 return
             route = match.route
         try:
-            params = await self._params(scope, receive, route)
-            unary, streaming = self._rpc.handlers(route.method)
+            params, unary, streaming = await self._request(scope, receive, route)
             caller = caller_of(scope)
             if streaming is not None:
                 events = await streaming(params, caller)
@@ -109,8 +115,10 @@ class RestEndpoint:
             return
         await _send(send, 200, body)
 
-    async def _params(self, scope: Scope, receive: Receive, route: RestRoute) -> dict[str, Any]:
-        """Steps 2-4 and 6's gathering: the method's parameters from body, path and query."""
+    async def _request(self, scope: Scope, receive: Receive,
+                       route: RestRoute) -> tuple[dict[str, Any], Unary | None, Streaming | None]:
+        """Steps 2-5, and 6's gathering: the method's parameters from body, path and
+        query, with its handler."""
         content_type: bytes | None = None
         content_types = 0
         version: bytes | None = None
@@ -144,7 +152,7 @@ class RestEndpoint:
             elif route.method in ("SendMessage", "SendStreamingMessage") and not json_declared:
                 raise content_type_not_supported()
         check_version(scope, version)
-        self._rpc.handlers(route.method)  # refused before its parameters are judged
+        unary, streaming = self._rpc.handlers(route.method)  # refused before its parameters
         if route.task_id is not None:
             params["id"] = route.task_id  # the path's id wins over one in the body
         if route.tenant is not None:
@@ -152,7 +160,7 @@ class RestEndpoint:
         fields = _QUERY_FIELDS.get(route.method)
         if fields is not None and scope.get("query_string"):
             params.update(_query(scope["query_string"], fields))
-        return params
+        return params, unary, streaming
 
 
 def _query(query_string: bytes, fields: frozenset[str]) -> dict[str, Any]:
