@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -18,6 +19,8 @@ COMMAND_MODULES = (
 )
 
 Handler = Callable[[argparse.Namespace], int]
+#: What ``mur`` exits with when the reader of its output went away (128 + SIGPIPE).
+BROKEN_PIPE_STATUS = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,12 +54,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return handler(args)
+        status = handler(args)
+        sys.stdout.flush()  # a reader gone away shows here, not in the flush at exit
+        return status
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `mur ps --json | head`: the reader has what it wanted. No traceback, nothing
+        # more written; the status a program killed by SIGPIPE has (128 + 13).
+        _discard_stdout()
+        return BROKEN_PIPE_STATUS
     finally:
         if argv is None:
             _leave_to_the_os()
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the flush at exit does not fail a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def _leave_to_the_os() -> None:
