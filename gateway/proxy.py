@@ -108,7 +108,9 @@ class FormationRefused(ProxyError):
 
 
 class EgressRefused(ProxyError):
-    """The real URL is outside the sending component's ``capabilities.network.allow``."""
+    """The real URL is outside the sending component's ``capabilities.network.allow``.
+    Its text says why, without a "refused" of its own: the class says it, and a failed
+    member call already reads ``... failed: refused: <this text>``."""
 
 
 class DoorUnavailable(ProxyError):
@@ -485,7 +487,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
         door = shared.known.get(callee) or await self._door(request, callee)
         if not door.allowed:
             raise EgressRefused(
-                f"refused: capabilities.network.allow does not reach member {callee!r}'s "
+                f"capabilities.network.allow does not reach member {callee!r}'s "
                 "door, which listens on loopback; add `localhost` to the grant",
                 request=request)
         authorization = shared.authorizations[callee]
@@ -552,7 +554,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
     async def _send_outside(self, request: httpx.Request) -> httpx.Response:
         if not self._shared.allow.allows(request.url):
             raise EgressRefused(
-                f"refused: capabilities.network.allow does not allow "
+                f"capabilities.network.allow does not allow "
                 f"{request.url.host}:{request.url.port or _default_port(request.url.scheme)}",
                 request=request)
         response = await self._shared.inner.handle_async_request(

@@ -170,6 +170,7 @@ async def test_grant_without_localhost_fails_every_call() -> None:
     with pytest.raises(CallFailed) as failed:
         await setup.calls().call_member("coder", "x")
     assert failed.value.state == "refused" and "localhost" in failed.value.detail
+    assert str(failed.value).count("refused") == 1, str(failed.value)  # not "refused: refused:"
     assert setup.net.opened == []
 
 
