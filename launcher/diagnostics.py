@@ -172,6 +172,19 @@ TABLE: tuple[CodeEntry, ...] = (
         "`lifecycle.queue_depth` that would hold every caller. The roster is still admitted.",
         "reference",
     ),
+    CodeEntry(
+        "W-ROS-002", "warning",
+        "`reachability: all` lets the entry member call nobody",
+        "{file}: {field}: `all` lets the entry member `{entry}` call no other member: {why}",
+        "{fix}",
+        "Given after a roster with `reachability: all` and more than one member is admitted, "
+        "when the entry member gets no edge: under `all` it calls the other members that "
+        "serve peers only if its own capsule serves peers too "
+        "(`exports.peer_tasks.accept: true`), and none of the others may call it. The "
+        "roster is still admitted; the formation runs, but its entry member can hand no "
+        "work to anyone.",
+        "murmur-door",
+    ),
     # --- REG: stores, artifacts, murmur.lock ---------------------------------------------
     CodeEntry(
         "E-REG-001", "error",

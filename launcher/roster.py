@@ -13,7 +13,8 @@
 
 Checks 1-5 (:func:`check_structure`) read no store. Check 6 takes each member through both
 of its rows before the next member. The first failure refuses the roster. An admitted
-roster then gets ``W-ROS-001`` for every member more members may call than it holds.
+roster then gets ``W-ROS-001`` for every member more members may call than it holds, and
+``W-ROS-002`` when ``reachability: all`` gives the entry member no callee.
 """
 
 from __future__ import annotations
@@ -522,6 +523,25 @@ def _capacity_warnings(roster: AdmittedRoster, file: str) -> list[Diagnostic]:
     return warnings
 
 
+def _entry_warnings(roster: RosterStructure, admitted: AdmittedRoster) -> list[Diagnostic]:
+    """``W-ROS-002``: ``reachability: all`` that gives the entry member no callee."""
+    entry = next((member for member in admitted.members if member.entry), None)
+    if (roster.reachability != "all" or entry is None or len(admitted.members) < 2
+            or any(caller == entry.name for caller, _ in admitted.edges)):
+        return []
+    rules = f"write rules instead, such as `reachability: [{{from: {entry.name}, to: [...]}}]`"
+    if not entry.manifest.serves_peers:
+        why = (f"its capsule {entry.capsule} does not set `exports.peer_tasks.accept: true`, "
+               "and under `all` only members that serve peers call each other")
+        fix = (f"set `exports.peer_tasks.accept: true` in the murmur.yaml of {entry.capsule} "
+               f"(then pack and install it again), or {rules}")
+    else:
+        why = "no other member serves peers (`exports.peer_tasks.accept: true`)"
+        fix = f"let the members it should call serve peers, or {rules}"
+    return [diagnostic("W-ROS-002", "reachability", file=roster.file, field="reachability",
+                       entry=entry.name, why=why, fix=fix)]
+
+
 def admit(project_dir: Path) -> AdmittedRoster:
     """Admit ``<project_dir>/roster.yaml`` or refuse it with exactly one
     :class:`DiagnosticError`. Admission never writes ``murmur.lock``."""
@@ -533,6 +553,7 @@ def admit(project_dir: Path) -> AdmittedRoster:
     _doors_authenticate(roster, members, edges)
     admitted = AdmittedRoster(project_dir=project, members=members, edges=edges)
     admitted.warnings.extend(_capacity_warnings(admitted, roster.file))
+    admitted.warnings.extend(_entry_warnings(roster, admitted))
     return admitted
 
 

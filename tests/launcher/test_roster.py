@@ -502,6 +502,43 @@ def test_reachability_all_gives_the_entry_no_callees_when_it_serves_no_peers(
     assert admitted.callees("planner") == []
 
 
+def test_w_ros_002_warns_when_all_leaves_the_entry_member_calling_nobody(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    install_capsule(project, "planner")
+    install_capsule(project, "coder", accept=True)
+    write_roster(project, roster(member("planner", entry=True), member("coder"),
+                                 reachability="reachability: all\n"))
+    [warning] = admit(project).warnings
+    assert (warning.code, warning.path) == ("W-ROS-002", "reachability")
+    assert "`planner` call no other member" in warning.message
+    assert "exports.peer_tasks.accept: true" in warning.hint
+    assert "{" not in warning.hint.replace("{from:", "")  # no unfilled placeholder
+    status, out, err = doctor(project, capsys)
+    assert status == 0 and err.startswith("warning W-ROS-002: ")
+
+
+def test_w_ros_002_names_the_missing_callees_when_the_entry_serves_peers(
+        project: Path) -> None:
+    install_capsule(project, "planner", accept=True)
+    install_capsule(project, "coder")
+    write_roster(project, roster(member("planner", entry=True), member("coder"),
+                                 reachability="reachability: all\n"))
+    [warning] = admit(project).warnings
+    assert warning.code == "W-ROS-002" and "no other member serves peers" in warning.message
+
+
+def test_all_that_gives_the_entry_callees_or_a_single_member_warns_nothing(
+        project: Path) -> None:
+    install_capsule(project, "planner", accept=True)
+    install_capsule(project, "coder", accept=True)
+    write_roster(project, roster(member("planner", entry=True), member("coder"),
+                                 reachability="reachability: all\n"))
+    assert admit(project).warnings == []
+    write_roster(project, roster(member("planner", entry=True),
+                                 reachability="reachability: all\n"))
+    assert admit(project).warnings == []
+
+
 def test_an_all_that_pairs_no_members_needs_no_authentication(project: Path) -> None:
     install_capsule(project, "a", auth=False, accept=True)
     install_capsule(project, "b", auth=False)
