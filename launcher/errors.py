@@ -7,9 +7,11 @@
     ├── YamlFault ................... yaml_files: a document that does not read
     ├── UpstreamHeaderError ......... manifest: an agent.a2a header cannot be sent
     │                                 (a ValueError)
-    ├── UsageError .................. member.options: a flag mur run cannot use (exit 2)
+    ├── UsageError .................. run_flags: a flag mur run cannot use (exit 2)
     ├── CapsuleError ................ member.capsule: the capsule's agent cannot be loaded
     ├── CommandFailed ............... member.capsule: a command agent exited non-zero
+    ├── LandlockError ............... member.landlock: a confinement cannot be applied
+    │                                 (an OSError)
     ├── StartFailed ................. member.session: the session could not start
     ├── NotReady .................... formation.ready: a member did not come up
     ├── DeadlineFell ................ formation.ready: --deadline fell during start-up

@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from launcher.errors import LauncherError
+
 # --------------------------------------------------------------------------------------
 # The system calls (the same numbers on every architecture Linux builds them for,
 # since they came after the syscall tables were unified).
@@ -82,7 +84,7 @@ _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 
 
-class LandlockError(OSError):
+class LandlockError(LauncherError, OSError):
     """Landlock could not be applied; the text says which step and why."""
 
 
