@@ -74,6 +74,7 @@ from launcher.records import (
     write_running,
 )
 from launcher.roster import AdmittedRoster, admit
+from launcher.run_flags import UsageError, read_task
 
 if TYPE_CHECKING:
     import httpx  # the probe client's type: httpx is imported once the peers started
@@ -172,6 +173,11 @@ def main(args: argparse.Namespace) -> int:
     project = Path(args.project)
     if not project.is_dir():
         return _usage(f"--project {args.project} is not a directory")
+    if args.task is not None:
+        try:
+            read_task(args.task)  # an empty or unreadable task starts no member
+        except UsageError as problem:
+            return _usage(str(problem))
     started = datetime.now(UTC)
     deadline = None
     if args.deadline is not None:

@@ -33,7 +33,6 @@ from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.ids import new_session_id
 from launcher.member.options import (
     MemberOptions,
-    UsageError,
     diagnostics_as_json,
     options_from,
     work_folder,
@@ -42,6 +41,7 @@ from launcher.member.outcome import SESSION_NOT_STAGED, member_diagnostic
 from launcher.member.place import FormationPlace, close_place, forget_descriptors, read_place
 from launcher.member.shutdown import ProtocolOut, lifeline_grace
 from launcher.process import forbid_inspection
+from launcher.run_flags import UsageError
 
 if TYPE_CHECKING:
     from launcher.member.outcome import SessionOutcome

@@ -18,11 +18,9 @@ from typing import Literal
 
 from launcher import durations
 from launcher.env_names import DIAGNOSTICS_ENV, WORKDIR_ENV
-from launcher.errors import LauncherError
 from launcher.ids import is_session_id
+from launcher.run_flags import UsageError, read_task
 
-#: The longest ``--task`` file read (the door itself reads 1 MiB requests).
-MAX_TASK_BYTES = 16 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 #: Set by the launcher for its members: ``text`` or ``json`` (see diagnostics_as_json).
 #: Set by the launcher: the member's work folder. A member's current directory is the
@@ -35,10 +33,6 @@ def work_folder(environ: Mapping[str, str]) -> Path:
     directory (raises OSError when that is gone)."""
     given = environ.get(WORKDIR_ENV)
     return Path(given).resolve() if given else Path(os.getcwd())
-
-
-class UsageError(LauncherError):
-    """A flag ``mur run`` cannot use: printed as ``mur run: <text>``, exit status 2."""
 
 
 @dataclass(frozen=True)
@@ -76,35 +70,6 @@ def parse_deadline(value: str, *, now: datetime | None = None) -> datetime:
         return durations.parse_deadline(value, now or datetime.now(UTC))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-
-
-def read_task(value: str) -> str:
-    """The text of ``--task``: the content of the file it names when it names an existing
-    regular file (relative to the current directory), else the value itself."""
-    path = Path(value)
-    try:
-        is_file = len(value) < 4096 and "\x00" not in value and path.is_file()
-    except OSError:
-        is_file = False
-    if not is_file:
-        if not value.strip():
-            raise UsageError("--task is empty; give the task's text, or a file holding it")
-        return value
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_TASK_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"--task {value}: the file cannot be read ({exc.strerror})") from None
-    if len(data) > MAX_TASK_BYTES:
-        raise UsageError(f"--task {value}: the file is larger than "
-                         f"{MAX_TASK_BYTES // 2**20} MiB")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UsageError(f"--task {value}: the file is not UTF-8 text") from None
-    if not text.strip():
-        raise UsageError(f"--task {value}: the file is empty; write the task in it")
-    return text
 
 
 def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> MemberOptions:
