@@ -594,9 +594,26 @@ def explain(code: str) -> str:
         "",
         entry.meaning,
         "",
-        f"message: {entry.severity} {entry.code}: {_shown(entry.message)}",
-        f"hint:    {_shown(entry.hint)}",
+        f"message: {entry.severity} {entry.code}: {_readable(entry.message)}",
+        f"hint:    {_readable_hint(entry.hint)}",
     )) + "\n"
+
+
+_PLACEHOLDER = re.compile(r"(?<!\{)\{([a-z_]+)\}(?!\})")
+
+
+def _readable(template: str) -> str:
+    """A template as ``mur explain`` shows it: each value to fill as ``<name>`` (the
+    form the docs use), literal braces single."""
+    return _shown(_PLACEHOLDER.sub(lambda match: f"<{match.group(1).replace('_', ' ')}>",
+                                   template))
+
+
+def _readable_hint(template: str) -> str:
+    """A hint that is only a value to fill says so in words: it depends on the case."""
+    if _PLACEHOLDER.fullmatch(template.strip()):
+        return "given with each case: the diagnostic names the fix for what went wrong"
+    return _readable(template)
 
 
 # --- docs/diagnostics.md ----------------------------------------------------------------

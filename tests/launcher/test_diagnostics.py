@@ -136,6 +136,14 @@ def test_explain_prints_meaning_message_and_hint() -> None:
     assert "hint:" in text and "message: error E-ROS-008:" in text
 
 
+def test_explain_never_prints_a_template_placeholder() -> None:
+    for entry in TABLE:
+        shown = explain(entry.code).split("\nmessage: ", 1)[1]
+        assert re.search(r"\{[a-z_]+\}", shown) is None, (entry.code, shown)
+        hint = shown.split("hint:", 1)[1]
+        assert not re.fullmatch(r"\s*<[a-z ]+>\s*", hint), (entry.code, hint)
+
+
 # --- docs/diagnostics.md -----------------------------------------------------------------
 
 def test_the_diagnostics_page_is_not_stale() -> None:
