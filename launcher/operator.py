@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,21 +38,36 @@ STOP_WAIT = 40.0
 _STATE_PREFIX = "TASK_STATE_"
 
 
-def _fail(command: str, message: str, code: int = 1) -> int:
-    print(f"mur {command}: {message}", file=sys.stderr)
-    return code
+Fail = Callable[..., int]
 
 
-def _not_an_id(command: str, value: str) -> int:
-    return _fail(command, f"`{escape_control(value[:64])}` is neither a formation id (frm_…) "
-                          "nor a session id (ses_…); `mur ps` lists what runs", 2)
+def _failer(command: str, args: argparse.Namespace) -> Fail:
+    """How ``command`` reports a failure: ``mur <command>: <message>`` on stderr, or with
+    ``--json`` one object on stdout and nothing on stderr,
+    ``{"ok": false, "command", "error", "exit_status"}``; returns the exit status."""
+    json_mode = bool(getattr(args, "json", False))
+
+    def fail(message: str, code: int = 1) -> int:
+        if json_mode:
+            print(json.dumps({"ok": False, "command": f"mur {command}", "error": message,
+                              "exit_status": code}))
+        else:
+            print(f"mur {command}: {message}", file=sys.stderr)
+        return code
+
+    return fail
 
 
-def _live_records(command: str) -> list[RunningRecord] | None:
+def _not_an_id(fail: Fail, value: str) -> int:
+    return fail(f"`{escape_control(value[:64])}` is neither a formation id (frm_…) "
+                "nor a session id (ses_…); `mur ps` lists what runs", 2)
+
+
+def _live_records(fail: Fail) -> list[RunningRecord] | None:
     try:
         return list_live()
     except RunningRecordsUnreadable as exc:
-        _fail(command, f"the running records in {exc.filename} cannot be read")
+        fail(f"the running records in {exc.filename} cannot be read")
         return None
 
 
@@ -91,10 +106,11 @@ def _wait_gone(records: Iterable[RunningRecord], timeout: float) -> list[Running
 def stop(args: argparse.Namespace) -> int:
     """``mur stop <frm_…|ses_…>``: SIGTERM to a formation's launcher (which ends every
     member), or to one session; waits until it is gone."""
+    fail = _failer("stop", args)
     ident: str = args.id
     if not (is_formation_id(ident) or is_session_id(ident)):
-        return _not_an_id("stop", ident)
-    live = _live_records("stop")
+        return _not_an_id(fail, ident)
+    live = _live_records(fail)
     if live is None:
         return 1
     if is_formation_id(ident):
@@ -104,20 +120,20 @@ def stop(args: argparse.Namespace) -> int:
         targets = [record for record in live if record.id == ident]
         kind = "session"
     if not targets:
-        return _fail("stop", f"{kind} {ident} is not running")
+        return fail(f"{kind} {ident} is not running")
     try:
         signalled = [record for record in targets if _signal(record)]
     except PermissionError:
-        return _fail("stop", f"{kind} {ident} belongs to another user; it was not stopped")
+        return fail(f"{kind} {ident} belongs to another user; it was not stopped")
     left = _wait_gone(signalled, STOP_WAIT)
-    if args.json:
+    if args.json:  # one object either way: "stopped" says which
         print(json.dumps({"id": ident, "kind": kind, "stopped": not left,
                           "signalled": [record.pid for record in signalled]}))
+        return 1 if left else 0
     if left:
-        return _fail("stop", f"{kind} {ident} was sent SIGTERM but still runs after "
-                             f"{STOP_WAIT:g} seconds (pid {', '.join(str(r.pid) for r in left)})")
-    if not args.json:
-        print(f"stopped {kind} {ident}")
+        return fail(f"{kind} {ident} was sent SIGTERM but still runs after "
+                    f"{STOP_WAIT:g} seconds (pid {', '.join(str(r.pid) for r in left)})")
+    print(f"stopped {kind} {ident}")
     return 0
 
 
@@ -204,11 +220,12 @@ def render_ps(state: dict[str, Any]) -> str:
 
 def ps(args: argparse.Namespace) -> int:
     """``mur ps [--json]``: running formations with their members, then sessions."""
+    fail = _failer("ps", args)
     try:
         prune_stale()
     except RunningRecordsUnreadable as exc:
-        return _fail("ps", f"the running records in {exc.filename} cannot be read")
-    live = _live_records("ps")
+        return fail(f"the running records in {exc.filename} cannot be read")
+    live = _live_records(fail)
     if live is None:
         return 1
     state = running_state(live)
@@ -419,35 +436,36 @@ def _http_refusal(status: int, body: bytes) -> str:
 
 def send(args: argparse.Namespace) -> int:
     """``mur send <frm_…|ses_…|door-url> TEXT [--json]``: the operator's client."""
-    live = _live_records("send")
+    fail = _failer("send", args)
+    live = _live_records(fail)
     if live is None:
         return 1
     try:
         door_url, token_path, label = resolve_door(args.target, live)
     except SendError as exc:
-        return _fail("send", str(exc))
+        return fail(str(exc))
     try:
         token = read_operator_token(token_path)
     except (OSError, UnicodeDecodeError):
-        return _fail("send", f"the operator token of {label} cannot be read from "
+        return fail(f"the operator token of {label} cannot be read from "
                              f"{token_path}")
     follower = TaskFollower(label)
     try:
         send_task(door_url, token, args.text, follower)
     except SendError as exc:
-        return _fail("send", str(exc))
+        return fail(str(exc))
     finally:
         del token
-    if args.json:
-        print(json.dumps(follower.task if follower.task else {"message": follower.message}))
     state = follower.state
+    if args.json:  # the task (its state says how it ended), one object either way
+        print(json.dumps(follower.task if follower.task else {"message": follower.message}))
+        return 0 if state == "TASK_STATE_COMPLETED" else 1
     if state == "TASK_STATE_COMPLETED":
-        if not args.json:
-            print(follower.answer())
+        print(follower.answer())
         return 0
     answer = follower.answer()
     detail = f": {escape_control(answer[:500])}" if answer else ""
-    return _fail("send", f"the task ended {state_word(state)}{detail}")
+    return fail(f"the task ended {state_word(state)}{detail}")
 
 
 # --------------------------------------------------------------------------- mur trace show
@@ -493,17 +511,18 @@ def trace_records(ident: str) -> list[dict[str, Any]] | None:
 
 def trace_show(args: argparse.Namespace) -> int:
     """``mur trace show <frm_…|ses_…> [--json]``: records merged in time order."""
+    fail = _failer("trace show", args)
     ident: str = args.id
     if not (is_formation_id(ident) or is_session_id(ident)):
-        return _not_an_id("trace show", ident)
+        return _not_an_id(fail, ident)
     kind = "formation" if is_formation_id(ident) else "session"
     try:
         records = trace_records(ident)
     except OSError as exc:
-        return _fail("trace show", f"the records of {kind} {ident} cannot be read "
+        return fail(f"the records of {kind} {ident} cannot be read "
                                    f"({exc.strerror or exc})")
     if records is None:
-        return _fail("trace show", f"no trace of {kind} {ident} under the records of this "
+        return fail(f"no trace of {kind} {ident} under the records of this "
                                    "MURMUR_HOME")
     out = sys.stdout
     for record in records:

@@ -50,6 +50,14 @@ def _doctor(args: argparse.Namespace) -> int:
     from launcher.roster import admit
 
     project: Path = args.project
+    if args.json and not project.is_dir():  # the one object --json promises, then exit 2
+        print(json.dumps({"admitted": False, "project_dir": str(project),
+                          "error": {"code": None, "severity": "error",
+                                    "message": f"--project {project} is not a directory",
+                                    "hint": "name the directory that holds roster.yaml",
+                                    "path": "--project"},
+                          "warnings": []}))
+        return 2
     if missing_project("doctor", project):
         return 2
     try:
