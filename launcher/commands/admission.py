@@ -30,7 +30,9 @@ def register(subparsers: Any) -> None:
         "explain", help="explain a diagnostic code, such as E-ROS-004",
         description="Print what a diagnostic code means and what fixes it; with no CODE, "
                     "list every code.")
-    explain.add_argument("code", nargs="?", metavar="CODE")
+    explain.add_argument("code", nargs="?", metavar="CODE",
+                         help="a diagnostic code such as E-ROS-004 (any case); none: list "
+                              "every code")
     explain.set_defaults(handler=_explain)
 
 

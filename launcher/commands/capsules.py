@@ -36,7 +36,9 @@ def register(subparsers: Any) -> None:
                     "an entry member that may call a worker, with a source directory for each, "
                     "and pack and install both into DIR's project store, so that `mur doctor` "
                     "in DIR admits it.")
-    new.add_argument("directory", type=Path, metavar="DIR")
+    new.add_argument("directory", type=Path, metavar="DIR",
+                     help="the directory to write into (made when missing); files already there "
+                          "are never overwritten")
     new.add_argument("--roster", action="store_true",
                      help="write a two-member roster instead of one capsule")
     new.add_argument("--template", choices=tuple(TEMPLATES),
@@ -50,7 +52,8 @@ def register(subparsers: Any) -> None:
         description="Pack DIR (a capsule source directory) into a reproducible .mur.zip: the "
                     "same source always gives the same sha256. .murmur/, __pycache__/ and "
                     ".git/ are left out.")
-    pack.add_argument("directory", type=Path, metavar="DIR")
+    pack.add_argument("directory", type=Path, metavar="DIR",
+                      help="the capsule source directory, holding murmur.yaml")
     pack.add_argument("-o", "--output", type=Path, metavar="FILE",
                       help="where to write it (default: ./NAME-VERSION.mur.zip)")
     pack.set_defaults(handler=_pack)
@@ -60,7 +63,8 @@ def register(subparsers: Any) -> None:
         description="Install FILE as local/NAME at its version into the project store "
                     "(PROJECT/.murmur/artifacts) or, with --global, into "
                     "$MURMUR_HOME/artifacts.")
-    install.add_argument("file", type=Path, metavar="FILE")
+    install.add_argument("file", type=Path, metavar="FILE",
+                         help="the .mur.zip to install (as `mur pack` writes it)")
     install.add_argument("--global", dest="to_global", action="store_true",
                          help="install into the global store, for every project")
     install.add_argument("--force", action="store_true",
