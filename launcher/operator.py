@@ -36,6 +36,8 @@ from launcher.records import (
 #: 25 s grace it gives members, plus its own teardown.
 STOP_WAIT = 40.0
 _STATE_PREFIX = "TASK_STATE_"
+_TASK_NOT_FOUND = -32001
+_TASK_NOT_CANCELABLE = -32002
 
 
 Fail = Callable[..., int]
@@ -507,6 +509,54 @@ def trace_records(ident: str) -> list[dict[str, Any]] | None:
     first = next(iter(read_trace(path)), {})
     member = first.get("formation_member") or "-"
     return merge_traces([(str(member), path)])
+
+
+def cancel(args: argparse.Namespace) -> int:
+    """``mur cancel <frm_…|ses_…|door-url> TASK_ID [--json]``: ``CancelTask`` at the entry
+    member's door of a formation (or a session's door) with its operator token."""
+    import httpx
+
+    fail = _failer("cancel", args)
+    task_id: str = args.task_id
+    live = _live_records(fail)
+    if live is None:
+        return 1
+    try:
+        door_url, token_path, label = resolve_door(args.target, live)
+    except SendError as exc:
+        return fail(str(exc))
+    try:
+        token = read_operator_token(token_path)
+    except (OSError, UnicodeDecodeError):
+        return fail(f"the operator token of {label} cannot be read from {token_path}")
+    request = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}}
+    try:
+        response = httpx.post(door_url, json=request, timeout=30.0, headers={
+            "Authorization": f"Bearer {token}", VERSION_HEADER: A2A_VERSION})
+    except httpx.HTTPError as exc:
+        return fail(f"the door of {label} cannot be reached ({type(exc).__name__})")
+    finally:
+        del token
+    answer = _json_or_none(response.content, None)
+    error = answer.get("error") if isinstance(answer, dict) else None
+    shown = escape_control(task_id[:80])
+    if isinstance(error, dict):
+        if error.get("code") == _TASK_NOT_FOUND:
+            return fail(f"{label} has no task {shown} (mur ps lists what runs; ListTasks "
+                        "on the door lists its tasks)")
+        if error.get("code") == _TASK_NOT_CANCELABLE:
+            return fail(f"task {shown} of {label} has already ended; nothing was canceled")
+        return fail(_rpc_error(error).replace("refused the task", "refused the cancel"))
+    task = answer.get("result") if isinstance(answer, dict) else None
+    if not isinstance(task, dict):
+        return fail(f"the door of {label} answered HTTP {response.status_code} with no task")
+    if args.json:
+        print(json.dumps(task))
+        return 0
+    status = task.get("status")
+    state = status.get("state") if isinstance(status, dict) else None
+    print(f"canceled task {shown} of {label} ({state_word(state)})")
+    return 0
 
 
 def trace_show(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""``mur run``, ``mur stop``, ``mur ps``, ``mur send`` and ``mur trace show``: parsing only.
+"""``mur run``, ``mur stop``, ``mur ps``, ``mur send``, ``mur cancel`` and ``mur trace show``:
+parsing only.
 
 The work is in ``launcher.member`` (one member), ``launcher.formation`` (a roster),
 ``launcher.operator`` (stop, ps, send, trace), imported when a command runs.
@@ -15,6 +16,7 @@ def register(subparsers: Any) -> None:
     _register_stop(subparsers)
     _register_ps(subparsers)
     _register_send(subparsers)
+    _register_cancel(subparsers)
     _register_trace(subparsers)
 
 
@@ -94,6 +96,21 @@ def _register_send(subparsers: Any) -> None:
     send.add_argument("text", metavar="TEXT", help="the task")
     send.add_argument("--json", action="store_true", help="print the final task as JSON")
     send.set_defaults(handler=_operator("send"))
+
+
+def _register_cancel(subparsers: Any) -> None:
+    cancel = subparsers.add_parser(
+        "cancel", help="cancel a task at a formation's entry door or a session's door",
+        description="The operator's CancelTask: cancel task TASK_ID at the entry member's "
+                    "door of a formation (frm_...), at a session's door (ses_...) or at a "
+                    "door URL, with that session's operator token. Exit 1 when there is no "
+                    "such task or it has already ended.")
+    cancel.add_argument("target", metavar="TARGET",
+                        help="frm_..., ses_... or http://127.0.0.1:PORT")
+    cancel.add_argument("task_id", metavar="TASK_ID",
+                        help="the task's id, as mur send --json or ListTasks shows it")
+    cancel.add_argument("--json", action="store_true", help="print the canceled task as JSON")
+    cancel.set_defaults(handler=_operator("cancel"))
 
 
 def _register_trace(subparsers: Any) -> None:
