@@ -108,6 +108,12 @@ def agent_message(text: str, context_id: str, task_id: str | None) -> dict[str, 
     return message
 
 
+#: States whose ``task_state`` trace record says why (the status message's text): how a
+#: task failed, was refused or canceled, or what it asks for.
+_REASONED_STATES: frozenset[str] = frozenset({
+    TaskState.FAILED, TaskState.REJECTED, TaskState.CANCELED, *INTERRUPTED_STATES})
+
+
 def message_text(message: dict[str, Any]) -> str:
     """The text of a message: its text parts joined by newlines."""
     return "\n".join(
@@ -468,7 +474,11 @@ class TaskStore(TaskListeners):
         record.status = status
         record.updated_ns = time.time_ns()
         if state != previous:
-            self._trace.emit("task_state", task_id=record.id, state=state)
+            if message is not None and state in _REASONED_STATES:
+                self._trace.emit("task_state", task_id=record.id, state=state,
+                                 reason=message_text(message))
+            else:
+                self._trace.emit("task_state", task_id=record.id, state=state)
         self._publish(record, {"statusUpdate": {
             "taskId": record.id, "contextId": record.context_id, "status": status}})
         terminal = state in TERMINAL_STATES

@@ -15,7 +15,7 @@ from launcher import __version__
 COMMAND_MODULES = (
     "launcher.commands.capsules",   # new, pack, install, lock
     "launcher.commands.admission",  # doctor, explain
-    "launcher.commands.running",    # run, stop, ps, send, cancel, trace
+    "launcher.commands.running",    # run, stop, ps, send, cancel, logs, trace
 )
 
 Handler = Callable[[argparse.Namespace], int]

@@ -117,8 +117,17 @@ class SessionRecords:
         return self.logs / "bootstrap.log"
 
     @property
+    def member_log(self) -> Path:
+        return self.logs / MEMBER_LOG
+
+    @property
     def operator_token(self) -> Path:
         return self.dir / OPERATOR_TOKEN_FILE
+
+
+#: The member runtime's own log in ``logs/``: its warnings and errors, an agent's
+#: exception with its traceback among them (``mur logs`` prints it).
+MEMBER_LOG = "member.log"
 
 
 def session_records(workdir: str | os.PathLike[str], session_id: str) -> SessionRecords:

@@ -1,5 +1,5 @@
-"""``mur run``, ``mur stop``, ``mur ps``, ``mur send``, ``mur cancel`` and ``mur trace show``:
-parsing only.
+"""``mur run``, ``stop``, ``ps``, ``send``, ``cancel``, ``logs`` and ``trace show``: parsing
+only.
 
 The work is in ``launcher.member`` (one member), ``launcher.formation`` (a roster),
 ``launcher.operator`` (stop, ps, send, trace), imported when a command runs.
@@ -17,6 +17,7 @@ def register(subparsers: Any) -> None:
     _register_ps(subparsers)
     _register_send(subparsers)
     _register_cancel(subparsers)
+    _register_logs(subparsers)
     _register_trace(subparsers)
 
 
@@ -111,6 +112,19 @@ def _register_cancel(subparsers: Any) -> None:
                         help="the task's id, as mur send --json or ListTasks shows it")
     cancel.add_argument("--json", action="store_true", help="print the canceled task as JSON")
     cancel.set_defaults(handler=_operator("cancel"))
+
+
+def _register_logs(subparsers: Any) -> None:
+    logs = subparsers.add_parser(
+        "logs", help="print the logs of a formation's members or of one session",
+        description="Print each session's own log (logs/member.log: the runtime's warnings "
+                    "and errors, an agent's exception with its traceback) and its bootstrap "
+                    "log, every line behind its member's name, for every member of a "
+                    "formation (frm_...) or one session (ses_...).")
+    logs.add_argument("id", metavar="ID", help="a formation id (frm_...) or session id (ses_...)")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing new lines until the formation or session ends")
+    logs.set_defaults(handler=_operator("logs"))
 
 
 def _register_trace(subparsers: Any) -> None:

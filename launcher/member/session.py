@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -49,6 +50,7 @@ from launcher.member.door import (
     idle_timeout,
     task_env,
 )
+from launcher.member.member_log import close_member_log, open_member_log
 from launcher.member.options import MemberOptions
 from launcher.member.outcome import (
     CANCEL_REASONS,
@@ -148,6 +150,7 @@ class MemberSession:
         self.bus = TraceBus()
         self.records: SessionRecords | None = None
         self.writer: TraceWriter | None = None
+        self._log: logging.Handler | None = None
         self.door: Door | None = None
         self.door_url = ""
         self._port = 0
@@ -237,6 +240,7 @@ class MemberSession:
             write_operator_token(records.operator_token, self.operator.value,
                                  replace=options.resume is not None)
             self.writer = TraceWriter(records.trace)
+            self._log = open_member_log(records.member_log)
         except OSError as exc:
             raise StartFailed(file_not_written(
                 exc.filename or "the records directory", exc,
@@ -740,6 +744,7 @@ class MemberSession:
             remove_running(self.plan.session_id)
             if self.writer is not None:
                 self.writer.close()
+            self._close_log()
 
     def _close_early(self) -> None:
         if self._socket is not None:
@@ -747,7 +752,13 @@ class MemberSession:
         remove_running(self.plan.session_id)
         if self.writer is not None:
             self.writer.close()
+        self._close_log()
         close_place(self.place)
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            close_member_log(self._log)
+            self._log = None
 
     def _report(self, diagnostic: Diagnostic) -> None:
         with contextlib.suppress(OSError, ValueError):

@@ -1,0 +1,96 @@
+"""An agent's exception: its traceback in the member's own log (``logs/member.log``),
+its reason on the trace's ``task_state`` record, and ``mur logs`` printing it, once or
+following until the session ends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import member as support
+from tests.support.member import Project, member_env
+
+pytestmark = pytest.mark.integration
+
+FAILING_AGENT = """
+def lookup(table, key):
+    return table[key]
+
+
+async def run(task):
+    if task.text == "fail":
+        return lookup({}, "missing-key")
+    return "fine"
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, murmur_home: Path) -> Iterator[Project]:
+    yield from support.project_fixture(tmp_path, murmur_home)
+
+
+def mur(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "launcher.cli", *args],
+                          env=member_env(project.home), capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def fail_a_task(member: support.Member) -> dict[str, object]:
+    answer = member.rpc("SendMessage", {"message": {
+        "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "fail"}]}})
+    task: dict[str, object] = answer["result"]["task"]
+    return task
+
+
+def test_an_agents_exception_is_logged_with_its_traceback_and_traced_with_its_reason(
+        project: Project) -> None:
+    project.capsule("boom", agent=FAILING_AGENT)
+    member = project.run("boom")
+    task = fail_a_task(member)
+    status = task["status"]
+    assert isinstance(status, dict) and status["state"] == "TASK_STATE_FAILED"
+    assert "missing-key" in str(status["message"])  # the message alone, as before
+    log = (member.records / "logs" / "member.log").read_text()
+    assert "Traceback (most recent call last)" in log
+    assert "boom_agent.py" in log and "in lookup" in log and "KeyError: 'missing-key'" in log
+    assert member.token not in log
+    assert (member.records / "logs" / "member.log").stat().st_mode & 0o077 == 0
+    [failed] = [record for record in member.trace() if record["event"] == "task_state"
+                and record.get("state") == "TASK_STATE_FAILED"]
+    assert "missing-key" in str(failed["reason"])
+    printed = mur(project, "logs", str(member.ready["session_id"]))
+    assert printed.returncode == 0, printed.stderr
+    session = member.ready["session_id"]
+    assert f"[{session}] Traceback (most recent call last)" in printed.stdout
+    member.signal()
+    assert member.wait() == 0
+
+
+def test_mur_logs_follow_prints_new_lines_until_the_session_ends(project: Project) -> None:
+    project.capsule("boom", agent=FAILING_AGENT)
+    member = project.run("boom")
+    session = str(member.ready["session_id"])
+    follower = subprocess.Popen([sys.executable, "-m", "launcher.cli", "logs", session,
+                                 "--follow"], env=member_env(project.home),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        fail_a_task(member)
+        member.signal()
+        assert member.wait() == 0
+        out, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, err
+    assert "KeyError: 'missing-key'" in out
+
+
+def test_mur_logs_of_nothing_says_so(project: Project) -> None:
+    done = mur(project, "logs", "ses_0190c0de00007000800000000000f00d")
+    assert done.returncode == 1 and "no records of session" in done.stderr
