@@ -1,4 +1,5 @@
-"""The operator's commands: ``mur stop``, ``mur ps``, ``mur send``, ``mur trace show``.
+"""The operator's commands: ``mur stop``, ``mur ps``, ``mur send``, ``mur cancel``,
+``mur logs``, ``mur trace show``.
 
 Each is ``fn(args) -> int`` (the exit status). They find what runs from the running
 records under ``$MURMUR_HOME/running/`` (a launcher's is named by its formation id, a
@@ -9,6 +10,7 @@ session's by its session id) and never print a token: ``mur send`` reads the ses
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.protocol import A2A_VERSION, VERSION_HEADER
+from launcher.durations import DURATION_FORMS, parse_duration
 from launcher.errors import LauncherError
 from launcher.ids import is_formation_id, is_session_id
 from launcher.process import escape_control
@@ -39,6 +42,7 @@ STOP_WAIT = 40.0
 _STATE_PREFIX = "TASK_STATE_"
 _TASK_NOT_FOUND = -32001
 _TASK_NOT_CANCELABLE = -32002
+_MEMBER_BUSY = -32050
 
 
 Fail = Callable[..., int]
@@ -246,6 +250,15 @@ class SendError(LauncherError):
     """``mur send`` cannot reach or use a door; the text says why (never a token)."""
 
 
+class MemberBusy(SendError):
+    """The door answered ``-32050``: the member holds all it can; offer again after
+    ``retry_after`` seconds (its ``retryAfterMs``)."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__("the member is busy")
+        self.retry_after = retry_after
+
+
 def resolve_door(target: str, live: list[RunningRecord]) -> tuple[str, Path, str]:
     """(door URL, operator.token path, label) of a formation's entry door, a session's
     door, or a door URL some live session serves."""
@@ -383,14 +396,39 @@ def _rpc_error(error: object) -> str:
     return f"the door refused the task ({error.get('code')}: {escape_control(message[:300])})"
 
 
-def _send_request(text: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
-        "message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
-                    "parts": [{"text": text}]}}}
+def _send_request(text: str, task_id: str | None = None,
+                  context_id: str | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
+                               "parts": [{"text": text}]}
+    if task_id is not None:
+        message["taskId"] = task_id
+    if context_id is not None:
+        message["contextId"] = context_id
+    return {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+            "params": {"message": message}}
 
 
-def send_task(door_url: str, token: str, text: str, follower: TaskFollower) -> None:
-    """Send ``text`` with ``SendStreamingMessage`` and follow the stream to its end."""
+def _refusal(error: object) -> SendError:
+    """The door's JSON-RPC error as the exception ``mur send`` acts on."""
+    if isinstance(error, dict) and error.get("code") == _MEMBER_BUSY:
+        return MemberBusy(_retry_after(error))
+    return SendError(_rpc_error(error))
+
+
+def _retry_after(error: dict[str, Any]) -> float:
+    """The ``retryAfterMs`` of a ``-32050`` error's ErrorInfo, in seconds (default 1 s)."""
+    for detail in error.get("data") or []:
+        metadata = detail.get("metadata") if isinstance(detail, dict) else None
+        value = metadata.get("retryAfterMs") if isinstance(metadata, dict) else None
+        if isinstance(value, str) and value.isdigit():
+            return max(0.05, int(value) / 1000)
+    return 1.0
+
+
+def send_task(door_url: str, token: str, text: str, follower: TaskFollower, *,
+              task_id: str | None = None, context_id: str | None = None) -> None:
+    """Send ``text`` (to task ``task_id`` when given) with ``SendStreamingMessage`` and
+    follow the stream to its end; :class:`MemberBusy` when the member takes no task now."""
     import httpx
 
     headers = {"Authorization": f"Bearer {token}", VERSION_HEADER: A2A_VERSION,
@@ -398,7 +436,7 @@ def send_task(door_url: str, token: str, text: str, follower: TaskFollower) -> N
     timeout = httpx.Timeout(10.0, read=None)
     try:
         with httpx.Client(trust_env=False, follow_redirects=False, timeout=timeout) as client, \
-                client.stream("POST", door_url, json=_send_request(text),
+                client.stream("POST", door_url, json=_send_request(text, task_id, context_id),
                               headers=headers) as response:
             if response.status_code != 200:
                 response.read()
@@ -406,13 +444,13 @@ def send_task(door_url: str, token: str, text: str, follower: TaskFollower) -> N
             content_type = response.headers.get("content-type", "")
             if not content_type.startswith("text/event-stream"):
                 response.read()
-                raise SendError(_rpc_error(_json_or_none(response.content, "error")))
+                raise _refusal(_json_or_none(response.content, "error"))
             for payload in sse_payloads(response.iter_lines()):
                 data = _json_or_none(payload.encode(), None)
                 if not isinstance(data, dict):
                     continue
                 if "error" in data:
-                    raise SendError(_rpc_error(data["error"]))
+                    raise _refusal(data["error"])
                 follower.take(data.get("result"))
     except httpx.HTTPError as exc:
         raise SendError(f"the door at {door_url} could not be reached "
@@ -438,8 +476,16 @@ def _http_refusal(status: int, body: bytes) -> str:
 
 
 def send(args: argparse.Namespace) -> int:
-    """``mur send <frm_…|ses_…|door-url> TEXT [--json]``: the operator's client."""
+    """``mur send <frm_…|ses_…|door-url> TEXT [--task-id ID] [--reply TEXT]... [--timeout
+    D] [--json]``: the operator's client. A busy member is offered the task again after
+    the ``retryAfterMs`` its door names, until ``--timeout``; a task that asks for input
+    gets the next ``--reply``, or on a terminal what the operator types; with neither it
+    is canceled (nobody could answer it) and the command fails saying so."""
     fail = _failer("send", args)
+    try:
+        timeout = parse_duration(args.timeout)
+    except ValueError as exc:
+        return fail(f"--timeout {exc}; write {DURATION_FORMS}", 2)
     live = _live_records(fail)
     if live is None:
         return 1
@@ -450,11 +496,10 @@ def send(args: argparse.Namespace) -> int:
     try:
         token = read_operator_token(token_path)
     except (OSError, UnicodeDecodeError):
-        return fail(f"the operator token of {label} cannot be read from "
-                             f"{token_path}")
-    follower = TaskFollower(label)
+        return fail(f"the operator token of {label} cannot be read from {token_path}")
+    conversation = _Conversation(door_url, label, args, time.monotonic() + timeout)
     try:
-        send_task(door_url, token, args.text, follower)
+        follower = conversation.run(token)
     except SendError as exc:
         return fail(str(exc))
     finally:
@@ -469,6 +514,77 @@ def send(args: argparse.Namespace) -> int:
     answer = follower.answer()
     detail = f": {escape_control(answer[:500])}" if answer else ""
     return fail(f"the task ended {state_word(state)}{detail}")
+
+
+class _Conversation:
+    """One ``mur send``: the first message, the offers a busy member needs, and the
+    replies a task asks for, until the task ends."""
+
+    def __init__(self, door_url: str, label: str, args: argparse.Namespace,
+                 deadline: float) -> None:
+        self.door_url = door_url
+        self.label = label
+        self.text: str = args.text
+        self.task_id: str | None = args.task_id
+        self.replies: list[str] = list(args.reply or [])
+        self.ask = not args.json and sys.stdin is not None and sys.stdin.isatty()
+        self.deadline = deadline
+
+    def run(self, token: str) -> TaskFollower:
+        context_id: str | None = None
+        while True:
+            follower = TaskFollower(self.label)
+            try:
+                send_task(self.door_url, token, self.text, follower, task_id=self.task_id,
+                          context_id=context_id)
+            except MemberBusy as busy:
+                self._wait_out(busy)
+                continue
+            if follower.state != "TASK_STATE_INPUT_REQUIRED":
+                return follower
+            reply = self._reply(follower.answer())
+            task_id = str(follower.task.get("id") or "")
+            if reply is None:
+                _cancel_quietly(self.door_url, token, task_id)
+                question = escape_control(follower.answer()[:300])
+                raise SendError(f"the task asks for input ({question}) and no --reply "
+                                "answers it; it was canceled. Send again with --reply TEXT, "
+                                "or from a terminal to be asked")
+            self.text, self.task_id = reply, task_id
+            context = follower.task.get("contextId")
+            context_id = context if isinstance(context, str) else None
+
+    def _wait_out(self, busy: MemberBusy) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= busy.retry_after:
+            raise SendError(f"{self.label} stayed busy until --timeout; nothing was sent. "
+                            "Try again later, or with a longer --timeout")
+        print(f"[{self.label}] busy: offering the task again in {busy.retry_after:.1f}s",
+              file=sys.stderr, flush=True)
+        time.sleep(busy.retry_after)
+
+    def _reply(self, question: str) -> str | None:
+        if self.replies:
+            return self.replies.pop(0)
+        if not self.ask:
+            return None
+        try:
+            answer = input(f"[{self.label}] {escape_control(question[:500]) or 'input?'}\n> ")
+        except EOFError:
+            return None
+        return answer if answer.strip() else None
+
+
+def _cancel_quietly(door_url: str, token: str, task_id: str) -> None:
+    """Cancel ``task_id`` (a task left waiting for input nobody will give)."""
+    import httpx
+
+    if not task_id:
+        return
+    request = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}}
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(door_url, json=request, timeout=10.0, headers={
+            "Authorization": f"Bearer {token}", VERSION_HEADER: A2A_VERSION})
 
 
 # --------------------------------------------------------------------------- mur trace show

@@ -95,6 +95,15 @@ def _register_send(subparsers: Any) -> None:
                     "that session's operator token; stream its status and print the answer.")
     send.add_argument("target", metavar="TARGET", help="frm_..., ses_... or http://127.0.0.1:PORT")
     send.add_argument("text", metavar="TEXT", help="the task")
+    send.add_argument("--task-id", metavar="ID",
+                      help="send TEXT to this task (one that asks for input) instead of "
+                           "starting a new one")
+    send.add_argument("--reply", metavar="TEXT", action="append",
+                      help="the answer when the task asks for input (repeat for each "
+                           "question; on a terminal you are asked instead)")
+    send.add_argument("--timeout", metavar="DURATION", default="5m",
+                      help="how long to keep offering the task to a busy member, waiting "
+                           "the retryAfterMs its door names (default 5m)")
     send.add_argument("--json", action="store_true", help="print the final task as JSON")
     send.set_defaults(handler=_operator("send"))
 

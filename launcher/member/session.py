@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -67,7 +68,13 @@ from launcher.member.outcome import (
 from launcher.member.place import FormationPlace, close_place
 from launcher.member.server import DoorServer
 from launcher.member.shutdown import ExitFn, ProtocolOut, SignalGuard, Watchdog, hard_exit
-from launcher.process import divert_stderr_to, launcher_gone, process_start_time, wait_for_eof
+from launcher.process import (
+    divert_stderr_to,
+    escape_control,
+    launcher_gone,
+    process_start_time,
+    wait_for_eof,
+)
 from launcher.records import (
     DISK_FULL_ERRNOS,
     RunningRecord,
@@ -299,6 +306,8 @@ class MemberSession:
         event = record.get("event")
         if event == "task_state":
             task_id, state = record.get("task_id"), record.get("state")
+            if state == TaskState.INPUT_REQUIRED and task_id == self.task_id:
+                self._ask_operator(str(task_id), str(record.get("reason") or ""))
             if isinstance(task_id, str) and isinstance(state, str):
                 if state in TERMINAL_STATES:
                     self._live.pop(task_id, None)
@@ -309,6 +318,15 @@ class MemberSession:
             task_id, trust = record.get("task_id"), record.get("trust")
             if isinstance(task_id, str) and isinstance(trust, str):
                 self._trusts[task_id] = trust
+
+    def _ask_operator(self, task_id: str, question: str) -> None:
+        """A ``--task`` run whose task asks for input says so on stderr, with the
+        command that answers it (the task waits; nothing else would tell anyone)."""
+        asked = f": {escape_control(question[:500])}" if question else ""
+        with contextlib.suppress(OSError, ValueError):
+            print(f"mur run: the task asks for input{asked}\n  answer it with: mur send "
+                  f"{self.plan.session_id} --task-id {task_id} \"<your answer>\"",
+                  file=sys.stderr, flush=True)
 
     def running_tasks(self) -> tuple[str, ...]:
         """The tasks whose agent code runs now (queued ones are not running)."""
