@@ -159,6 +159,19 @@ TABLE: tuple[CodeEntry, ...] = (
         "`roster.yaml` or the member source directories it writes.",
     ),
     CodeEntry(
+        "E-ROS-010", "error",
+        "A member's python agent does not compile or define its async function",
+        "{file}: {field}: the agent of {capsule} {version} ({entry}) cannot run: {problem}",
+        "fix the agent's source, then pack and install it again (or `mur run --roster "
+        "--rebuild` when its source is in the project)",
+        "Checked after the roster's own checks, member by member, without running any of "
+        "the agent's code: the `agent.python` module in the installed artifact compiles, "
+        "and defines `async def` of the callable it names (or imports that name). A "
+        "syntax error is named with its file and line, so `mur doctor` finds it and a "
+        "launch refuses before it starts anything.",
+        "murmur-door",
+    ),
+    CodeEntry(
         "W-ROS-001", "warning",
         "More members may call a member than it holds tasks at once",
         "{file}: {field}: {callers} members may call `{member}` ({names}), but it holds "
@@ -186,6 +199,21 @@ TABLE: tuple[CodeEntry, ...] = (
         "murmur-door",
     ),
     # --- REG: stores, artifacts, murmur.lock ---------------------------------------------
+    CodeEntry(
+        "W-ROS-003", "warning",
+        "A member's capsule source in the project differs from what is installed",
+        "{file}: {field}: the source of {capsule} {version} in `{source}` differs from the "
+        "installed artifact member `{member}` runs: your edits are not what runs",
+        "run `mur run --roster --rebuild`, which packs and installs every member's source "
+        "in the project before it launches, or `mur pack {source}` and `mur install --force` "
+        "the file it writes",
+        "Given by `mur doctor` and at launch for each member whose capsule (`local/<name>` "
+        "at the roster's version) has its source in the project (the project directory or "
+        "a directory directly under it holding a murmur.yaml) and whose source packs to "
+        "other bytes than the installed artifact. Packing is reproducible, so this is "
+        "exact. The roster is still admitted, with what is installed.",
+        "murmur-door",
+    ),
     CodeEntry(
         "E-REG-001", "error",
         "A capsule is not installed at that version",

@@ -10,11 +10,15 @@
 | 6     | Each member installed and its manifest parses; lock agrees   | E-ROS-007, E-REG-005 |
 | 7     | Every member a rule calls serves peers                        | E-ROS-005 |
 | 8     | With any edge, every member's door requires authentication    | E-ROS-006 |
+| 9     | Each ``python`` agent compiles and defines its async function | E-ROS-010 |
 
-Checks 1-5 (:func:`check_structure`) read no store. Check 6 takes each member through both
-of its rows before the next member. The first failure refuses the roster. An admitted
-roster then gets ``W-ROS-001`` for every member more members may call than it holds, and
-``W-ROS-002`` when ``reachability: all`` gives the entry member no callee.
+Checks 1-5 (:func:`check_structure`) read no store; check 9 is murmur-door's own, after
+the roster format's eight, and runs no agent code (``launcher/agent_check.py``). Check 6
+takes each member through both of its rows before the next member. The first failure
+refuses the roster. An admitted roster then gets ``W-ROS-001`` for every member more
+members may call than it holds, and ``W-ROS-002`` when ``reachability: all`` gives the
+entry member no callee (``launcher/sources.py`` adds ``W-ROS-003`` for a member whose
+source in the project differs from what is installed).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from launcher.agent_check import python_agent_problem
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
 from launcher.errors import LauncherError
 from launcher.manifest import (
@@ -506,6 +511,20 @@ def _doors_authenticate(roster: RosterStructure, members: tuple[AdmittedMember, 
                                   capsule=member.capsule, version=member.version)
 
 
+def _agents_can_run(roster: RosterStructure, members: tuple[AdmittedMember, ...]) -> None:
+    """``E-ROS-010``, after the roster's own checks, members in roster order: each
+    ``python`` agent compiles and defines its async function (no agent code runs)."""
+    for member in members:
+        entry = member.manifest.agent.python
+        if entry is None:
+            continue
+        problem = python_agent_problem(member.artifact, entry)
+        if problem is not None:
+            raise DiagnosticError("E-ROS-010", member.field(), file=roster.file,
+                                  field=member.field(), capsule=member.capsule,
+                                  version=member.version, entry=entry, problem=problem)
+
+
 def _capacity_warnings(roster: AdmittedRoster, file: str) -> list[Diagnostic]:
     warnings = []
     for member in roster.members:
@@ -551,6 +570,7 @@ def admit(project_dir: Path) -> AdmittedRoster:
     _callees_serve_peers(roster, members)
     edges = _edges(roster, members)
     _doors_authenticate(roster, members, edges)
+    _agents_can_run(roster, members)
     admitted = AdmittedRoster(project_dir=project, members=members, edges=edges)
     admitted.warnings.extend(_capacity_warnings(admitted, roster.file))
     admitted.warnings.extend(_entry_warnings(roster, admitted))

@@ -75,6 +75,9 @@ def _doctor(args: argparse.Namespace) -> int:
         else:
             emit(refusal.diagnostic, sys.stderr)
         return 1
+    from launcher.sources import source_warnings
+
+    admitted.warnings.extend(source_warnings(admitted))
     if args.json:
         print(json.dumps(admitted.to_json()))
         return 0

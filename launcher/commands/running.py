@@ -55,6 +55,9 @@ def _register_run(subparsers: Any) -> None:
                      help="override the manifest's lifecycle.after_task")
     run.add_argument("--resume", metavar="SESSION",
                      help="continue an earlier session's conversation (not with --roster)")
+    run.add_argument("--rebuild", action="store_true",
+                     help="with --roster: pack and install (replacing) every member whose "
+                          "capsule source is in the project before admission, so edits run")
     run.add_argument("--json", action="store_true",
                      help="print the readiness / formation line as one JSON object")
     run.set_defaults(handler=_run)

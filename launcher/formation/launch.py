@@ -75,6 +75,7 @@ from launcher.records import (
 )
 from launcher.roster import AdmittedRoster, admit
 from launcher.run_flags import UsageError, read_task
+from launcher.sources import rebuild, source_warnings
 
 if TYPE_CHECKING:
     import httpx  # the probe client's type: httpx is imported once the peers started
@@ -186,12 +187,16 @@ def main(args: argparse.Namespace) -> int:
         except ValueError as exc:
             return _usage(str(exc))
     try:
+        if getattr(args, "rebuild", False):
+            for name, source, changed in rebuild(project):
+                _say(f"mur run: rebuilt {source.capsule} {source.version} from {source.path} "
+                     f"for member {name}" + ("" if changed else " (unchanged)"))
         admitted = admit(project)
     except DiagnosticError as refusal:
         _report(refusal.diagnostic)
         return 1
-    for warning in [*admitted.warnings, *host_diagnostics(os.environ),
-                    *reach_warnings(admitted)]:
+    for warning in [*admitted.warnings, *source_warnings(admitted),
+                    *host_diagnostics(os.environ), *reach_warnings(admitted)]:
         _report(warning)
     launch = Launch(admitted, task=None if args.task is None else resolve_task(args.task),
                     deadline=deadline, json_mode=bool(args.json), environ=dict(os.environ))

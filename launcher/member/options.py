@@ -90,6 +90,10 @@ def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> Me
         raise UsageError(f"--project {project} is not a directory")
     task_value: str | None = getattr(args, "task", None)
     deadline_value: str | None = getattr(args, "deadline", None)
+    if getattr(args, "rebuild", False):
+        raise UsageError("--rebuild is taken with --roster only: it rebuilds a formation's "
+                         "members from their sources in the project; for one capsule, "
+                         "`mur pack` and `mur install --force` it")
     resume: str | None = getattr(args, "resume", None)
     if resume is not None and not is_session_id(resume):
         raise UsageError(f"--resume `{resume[:40]}` is not a session id (ses_ followed by "

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 
 from launcher.cli import build_parser
-from launcher.cli_reference import DOCS_PATH, render
+from launcher.commands.reference import DOCS_PATH, render
 
 
 def test_the_cli_page_is_not_stale() -> None:
     assert DOCS_PATH.read_text(encoding="utf-8") == render(), (
-        "docs/cli.md is stale: run `python -m launcher.cli_reference --write-docs`")
+        "docs/cli.md is stale: run `python -m launcher.commands.reference --write-docs`")
 
 
 def test_every_command_and_flag_is_on_the_page_with_a_meaning() -> None:

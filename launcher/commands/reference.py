@@ -1,5 +1,5 @@
 """``docs/cli.md``: every ``mur`` command and flag, generated from the argument parser
-itself (``python -m launcher.cli_reference --write-docs``; ``--check`` fails when the
+itself (``python -m launcher.commands.reference --write-docs``; ``--check`` fails when the
 page is stale, and a test runs it), so the page cannot drift from what ``mur`` accepts.
 
 In this order: walk the parser (commands, then their subcommands), render each as a
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from launcher.cli import build_parser
 
-DOCS_PATH = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str,
@@ -84,7 +84,7 @@ def render() -> str:
         "# The command line",
         "",
         "<!-- Generated from the argument parser by "
-        "`python -m launcher.cli_reference --write-docs`. Do not edit by hand. -->",
+        "`python -m launcher.commands.reference --write-docs`. Do not edit by hand. -->",
         "",
         parser.description or "",
         "",
@@ -99,7 +99,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.cli_reference",
+    parser = argparse.ArgumentParser(prog="python -m launcher.commands.reference",
                                      description="Generate or check docs/cli.md.")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write-docs", action="store_true", help="write the page")
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         DOCS_PATH.write_text(text, encoding="utf-8")
         return 0
     if DOCS_PATH.read_text(encoding="utf-8") != text:
-        print(f"{DOCS_PATH} is stale: run `python -m launcher.cli_reference --write-docs`",
+        print(f"{DOCS_PATH} is stale: run `python -m launcher.commands.reference --write-docs`",
               file=sys.stderr)
         return 1
     return 0

@@ -1,0 +1,120 @@
+"""The developer loop: a python agent checked without running it (E-ROS-010), a member
+whose source in the project differs from what is installed (W-ROS-003), and
+``mur run --roster --rebuild`` packing and installing every member's source first."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from launcher.agent_check import python_agent_problem
+from launcher.cli import main
+from launcher.diagnostics import DiagnosticError
+from launcher.roster import admit
+from launcher.sources import project_sources, rebuild, source_warnings
+from launcher.store import install, pack
+
+MANIFEST = """manifest_version: 1
+name: {name}
+version: 1.0.0
+agent: {{python: {name}_agent:run}}
+"""
+ROSTER = """roster_version: 1
+members:
+  - {name: boss, capsule: local/boss, version: 1.0.0, entry: true}
+  - {name: helper, capsule: local/helper, version: 1.0.0}
+"""
+
+
+def source(project: Path, name: str, agent: str) -> Path:
+    folder = project / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "murmur.yaml").write_text(MANIFEST.format(name=name))
+    (folder / f"{name}_agent.py").write_text(agent)
+    return folder
+
+
+@pytest.fixture
+def project(tmp_path: Path, murmur_home: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "roster.yaml").write_text(ROSTER)
+    for name in ("boss", "helper"):
+        folder = source(root, name, "async def run(task):\n    return 'v1'\n")
+        install(pack(folder, tmp_path / f"{name}.mur.zip").path, root)
+    return root
+
+
+def artifact_with(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / "a.mur.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(name, text)
+    return path
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("async def run(task)\n    return 1\n", "agent.py, line 1"),
+    ("def run(task):\n    return 1\n", "run is not async"),
+    ("async def other(task):\n    return 1\n", "defines no 'run'"),
+])
+def test_an_agent_that_cannot_run_is_named_with_its_file_and_line(
+        tmp_path: Path, text: str, words: str) -> None:
+    problem = python_agent_problem(artifact_with(tmp_path, "agent.py", text), "agent:run")
+    assert problem is not None and words in problem
+
+
+@pytest.mark.parametrize("text", [
+    "async def run(task):\n    return 1\n",
+    "from .impl import run\n",
+    "class Agent:\n    async def __call__(self, task):\n        return 1\nrun = Agent()\n",
+])
+def test_an_agent_that_can_run_passes_without_running(tmp_path: Path, text: str) -> None:
+    text += "\nraise SystemExit('never run')\n"
+    assert python_agent_problem(artifact_with(tmp_path, "agent.py", text), "agent:run") is None
+
+
+def test_a_syntax_error_refuses_admission_with_e_ros_010(project: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    broken = source(project, "helper", "async def run(task)\n    return 'v2'\n")
+    install(pack(broken, tmp_path / "broken.mur.zip").path, project, force=True)
+    with pytest.raises(DiagnosticError) as refused:
+        admit(project)
+    assert refused.value.code == "E-ROS-010"
+    assert "helper_agent.py, line 1" in refused.value.diagnostic.message
+    assert main(["doctor", "--project", str(project)]) == 1
+    assert "error E-ROS-010" in capsys.readouterr().err
+
+
+def test_an_edited_source_is_named_until_it_is_rebuilt(project: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    assert source_warnings(admit(project)) == []
+    source(project, "helper", "async def run(task):\n    return 'v2'\n")
+    [warning] = source_warnings(admit(project))
+    assert (warning.code, warning.path) == ("W-ROS-003", "members[1]")
+    assert "`helper`" in warning.message and "--rebuild" in warning.hint
+    assert main(["doctor", "--project", str(project), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [w["code"] for w in report["warnings"]] == ["W-ROS-003"]
+    done = rebuild(project)
+    assert [(name, changed) for name, _, changed in done] == [("boss", False), ("helper", True)]
+    assert source_warnings(admit(project)) == []
+
+
+def test_sources_are_the_project_and_the_folders_directly_under_it(project: Path) -> None:
+    (project / ".hidden").mkdir()
+    (project / ".hidden" / "murmur.yaml").write_text(MANIFEST.format(name="hidden"))
+    (project / "notes").mkdir()
+    found = project_sources(project)
+    assert sorted(found) == [("local/boss", "1.0.0"), ("local/helper", "1.0.0")]
+
+
+def test_rebuild_is_a_roster_flag_only(project: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    status = main(["run", "--capsule", "local/boss", "--capsule-version", "1.0.0",
+                   "--project", str(project), "--rebuild"])
+    assert status == 2 and "--rebuild is taken with --roster only" in capsys.readouterr().err
