@@ -486,17 +486,10 @@ def send(args: argparse.Namespace) -> int:
         timeout = parse_duration(args.timeout)
     except ValueError as exc:
         return fail(f"--timeout {exc}; write {DURATION_FORMS}", 2)
-    live = _live_records(fail)
-    if live is None:
-        return 1
-    try:
-        door_url, token_path, label = resolve_door(args.target, live)
-    except SendError as exc:
-        return fail(str(exc))
-    try:
-        token = read_operator_token(token_path)
-    except (OSError, UnicodeDecodeError):
-        return fail(f"the operator token of {label} cannot be read from {token_path}")
+    door = _operator_door(fail, args.target)
+    if isinstance(door, int):
+        return door
+    door_url, token, label = door
     conversation = _Conversation(door_url, label, args, time.monotonic() + timeout)
     try:
         follower = conversation.run(token)
@@ -579,12 +572,34 @@ def _cancel_quietly(door_url: str, token: str, task_id: str) -> None:
     """Cancel ``task_id`` (a task left waiting for input nobody will give)."""
     import httpx
 
-    if not task_id:
-        return
+    if task_id:
+        with contextlib.suppress(httpx.HTTPError):
+            _post_cancel(door_url, token, task_id)
+
+
+def _post_cancel(door_url: str, token: str, task_id: str) -> Any:
+    """``CancelTask`` of ``task_id`` at the door, as its operator; the httpx response."""
+    import httpx
+
     request = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}}
-    with contextlib.suppress(httpx.HTTPError):
-        httpx.post(door_url, json=request, timeout=10.0, headers={
-            "Authorization": f"Bearer {token}", VERSION_HEADER: A2A_VERSION})
+    return httpx.post(door_url, json=request, timeout=30.0, headers={
+        "Authorization": f"Bearer {token}", VERSION_HEADER: A2A_VERSION})
+
+
+def _operator_door(fail: Fail, target: str) -> tuple[str, str, str] | int:
+    """(door URL, operator token, label) of ``target`` as ``mur send`` resolves it, or
+    the exit status of the failure ``fail`` reported."""
+    live = _live_records(fail)
+    if live is None:
+        return 1
+    try:
+        door_url, token_path, label = resolve_door(target, live)
+    except SendError as exc:
+        return fail(str(exc))
+    try:
+        return door_url, read_operator_token(token_path), label
+    except (OSError, UnicodeDecodeError):
+        return fail(f"the operator token of {label} cannot be read from {token_path}")
 
 
 # --------------------------------------------------------------------------- mur trace show
@@ -635,21 +650,12 @@ def cancel(args: argparse.Namespace) -> int:
 
     fail = _failer("cancel", args)
     task_id: str = args.task_id
-    live = _live_records(fail)
-    if live is None:
-        return 1
+    door = _operator_door(fail, args.target)
+    if isinstance(door, int):
+        return door
+    door_url, token, label = door
     try:
-        door_url, token_path, label = resolve_door(args.target, live)
-    except SendError as exc:
-        return fail(str(exc))
-    try:
-        token = read_operator_token(token_path)
-    except (OSError, UnicodeDecodeError):
-        return fail(f"the operator token of {label} cannot be read from {token_path}")
-    request = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}}
-    try:
-        response = httpx.post(door_url, json=request, timeout=30.0, headers={
-            "Authorization": f"Bearer {token}", VERSION_HEADER: A2A_VERSION})
+        response = _post_cancel(door_url, token, task_id)
     except httpx.HTTPError as exc:
         return fail(f"the door of {label} cannot be reached ({type(exc).__name__})")
     finally:
