@@ -40,7 +40,7 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "agent": ("What runs each task: exactly one of `python`, `command` and `a2a`.",
               "{python: coder_agent:run}"),
     "agent.python": ("`module:callable` inside the capsule: an `async def run(task)` "
-                     "called once per turn (docs/door.md, \"The agent API\").",
+                     "called once per turn (docs/agent-api.md).",
                      "coder_agent:run"),
     "agent.command": ("A process harness, run once per task: the task text on stdin, "
                       "the result on stdout, a non-zero exit fails the task.",
