@@ -2,7 +2,7 @@
 
 A diagnostic is a code (``E-ROS-004``), a severity, a message naming the field or path at
 fault, and a hint saying what would be accepted. Codes of the roster format
-(``named_by="reference"``, shown as "named by the roster reference") keep that meaning;
+(``named_by="reference"``, shown as "part of the roster format") keep that meaning;
 codes this project adds extend the same families:
 
 - ``ROS`` the roster (``roster.yaml``) and its admission;
@@ -615,7 +615,7 @@ def emit(diag: Diagnostic, stream: TextIO | None = None, json_mode: bool = False
 def explain(code: str) -> str:
     """The text ``mur explain CODE`` prints for one table entry."""
     entry = lookup(code)
-    origin = ("named by the roster reference" if entry.named_by == "reference"
+    origin = ("part of the roster format" if entry.named_by == "reference"
               else "added by murmur-door")
     return "\n".join((
         f"{entry.code} ({entry.severity}, {origin}): {entry.title}",
@@ -703,7 +703,7 @@ def render_docs() -> str:
     for family, title in _FAMILIES:
         lines += ["", f"## {title}"]
         for entry in _by_family(TABLE, family):
-            origin = ("Named by the roster reference." if entry.named_by == "reference"
+            origin = ("Part of the roster format (docs/roster.md)." if entry.named_by == "reference"
                       else "Added by murmur-door.")
             lines += [
                 "",

@@ -313,7 +313,7 @@ def test_doctor_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_explain_prints_an_entry(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = mur(capsys, "explain", "E-ROS-006")
     assert status == 0
-    assert out.startswith("E-ROS-006 (error, named by the roster reference)")
+    assert out.startswith("E-ROS-006 (error, part of the roster format)")
     assert "network.authentication" in out
 
 

@@ -24,7 +24,7 @@ from launcher.diagnostics import (
     render_docs,
 )
 
-#: Every code of the roster format (docs/diagnostics.md: "Named by the roster reference").
+#: Every code of the roster format (docs/diagnostics.md: "Part of the roster format").
 REFERENCE_CODES = [f"E-ROS-00{n}" for n in range(1, 9)] + [
     "E-REG-005", "W-ROS-001", "E-MAN-003", "E-RUN-040", "E-RUN-045", "E-RUN-046",
     "E-RUN-047", "E-RUN-053", "W-RUN-007", "W-RUN-008", "W-SEC-013"]
@@ -131,7 +131,7 @@ def test_emit_prints_rendered_or_json_lines() -> None:
 
 def test_explain_prints_meaning_message_and_hint() -> None:
     text = explain("e-ros-008")
-    assert text.startswith("E-ROS-008 (error, named by the roster reference)")
+    assert text.startswith("E-ROS-008 (error, part of the roster format)")
     assert "never called by a peer" in text
     assert "hint:" in text and "message: error E-ROS-008:" in text
 
