@@ -1,8 +1,10 @@
-"""A ``python`` agent checked without running any of its code: its module, read from the
-installed artifact, compiles, and defines ``async def <callable>`` at its top level (or
-imports that name, which only running it could check further). Admission refuses a
-member whose agent fails this (``E-ROS-010``), so a syntax error is found by
-``mur doctor`` and before a launch starts anything, not when the member starts.
+"""A capsule's agent checked without running any of its code, in this order: the Python
+distributions its ``agent.requires`` names are installed where ``mur`` runs, at versions
+that satisfy it (:func:`missing_requirements`: ``E-ROS-011`` at admission, ``E-RUN-054``
+at a member's start); its ``python`` module, read from the installed artifact, compiles
+and defines ``async def <callable>`` at its top level, or imports that name
+(:func:`python_agent_problem`: ``E-ROS-010``). So ``mur doctor`` finds these, and a launch
+refuses before it starts anything, not when the member starts.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import ast
 import zipfile
 from pathlib import Path
 
-__all__ = ["python_agent_problem"]
+__all__ = ["missing_requirements", "python_agent_problem"]
 
 
 def python_agent_problem(artifact: Path, entry: str) -> str | None:
@@ -60,3 +62,35 @@ def _defines_async(tree: ast.Module, name: str, function: str) -> str | None:
         return f"{name}, line {defined.lineno}: {function} is not async: write " \
                f"`async def {function}(task):`"
     return None
+
+
+def missing_requirements(requires: list[str]) -> list[str]:
+    """Each requirement of ``requires`` that the running Python does not satisfy, as a
+    phrase naming it and what is installed (if anything)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    missing = []
+    for text in requires:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue  # not for this Python or platform
+        try:
+            installed = version(requirement.name)
+        except PackageNotFoundError:
+            missing.append(f"`{text}` (not installed)")
+            continue
+        if requirement.specifier and not requirement.specifier.contains(installed,
+                                                                        prereleases=True):
+            missing.append(f"`{text}` ({requirement.name} {installed} is installed)")
+    return missing
+
+
+def pip_install(requires: list[str]) -> str:
+    """The command that installs ``requires`` into the Python ``mur`` runs with."""
+    import shlex
+    import sys
+
+    return " ".join([shlex.quote(sys.executable), "-m", "pip", "install",
+                     *(shlex.quote(text) for text in requires)])

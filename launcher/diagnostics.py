@@ -172,6 +172,16 @@ TABLE: tuple[CodeEntry, ...] = (
         "murmur-door",
     ),
     CodeEntry(
+        "E-ROS-011", "error",
+        "A member's capsule needs a Python distribution that is not installed",
+        "{file}: {field}: {capsule} {version} needs {missing} (agent.requires)",
+        "install it into the Python mur runs with: `{install}`",
+        "Checked after the roster's own checks, member by member: every requirement of a "
+        "capsule's `agent.requires` (pip requirement strings) is installed where `mur` runs, "
+        "at a version it allows. The hint is the `pip install` that fixes it.",
+        "murmur-door",
+    ),
+    CodeEntry(
         "W-ROS-001", "warning",
         "More members may call a member than it holds tasks at once",
         "{file}: {field}: {callers} members may call `{member}` ({names}), but it holds "
@@ -499,6 +509,16 @@ TABLE: tuple[CodeEntry, ...] = (
         "status. A deadline that falls before the entry member started stops every member "
         "and the launcher exits with this code.",
         "reference",
+    ),
+    CodeEntry(
+        "E-RUN-054", "error",
+        "The capsule needs a Python distribution that is not installed",
+        "{capsule} {version} needs {missing} (agent.requires)",
+        "install it into the Python mur runs with: `{install}`",
+        "`mur run --capsule` checks, before it stages anything, that every requirement of "
+        "the capsule's `agent.requires` is installed where `mur` runs, at a version it "
+        "allows (a formation's members are checked at admission, `E-ROS-011`).",
+        "murmur-door",
     ),
     CodeEntry(
         "W-RUN-007", "warning",

@@ -132,6 +132,19 @@ def _origin(value: str) -> str:
                   "or `*` for any origin", value)
 
 
+def _requirement(value: str) -> str:
+    from packaging.requirements import InvalidRequirement
+    from packaging.requirements import Requirement as Parsed
+
+    try:
+        Parsed(value)
+    except InvalidRequirement:
+        raise _refuse(f"must be a pip requirement, and `{value}` is not",
+                      "write a distribution name, optionally with a version, such as "
+                      "`httpx>=0.27` or `openai`") from None
+    return value
+
+
 def _non_blank(value: str) -> str:
     return _check("must not be blank" if not value.strip() else None, "write a value", value)
 
@@ -179,6 +192,7 @@ Version = Annotated[str, AfterValidator(_version)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 Host = Annotated[str, AfterValidator(_host)]
 WebOrigin = Annotated[str, AfterValidator(_origin)]
+Requirement = Annotated[str, AfterValidator(_requirement)]
 NonBlank = Annotated[str, AfterValidator(_non_blank)]
 RelativeFile = Annotated[str, AfterValidator(_relative_file)]
 Algorithm = Annotated[str, AfterValidator(_algorithm)]
@@ -460,6 +474,9 @@ class Agent(_Strict):
     a2a: A2aAgent | None = Field(
         default=None, description="an A2A server behind the door: `command: [...]` or `url: ...`")
     skills: list[Skill] = Field(default_factory=list)
+    requires: list[Requirement] = Field(
+        default_factory=list, description="Python distributions the agent needs, as pip "
+        "requirement strings such as `httpx>=0.27`")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Agent:

@@ -10,7 +10,7 @@
 | 6     | Each member installed and its manifest parses; lock agrees   | E-ROS-007, E-REG-005 |
 | 7     | Every member a rule calls serves peers                        | E-ROS-005 |
 | 8     | With any edge, every member's door requires authentication    | E-ROS-006 |
-| 9     | Each ``python`` agent compiles and defines its async function | E-ROS-010 |
+| 9     | ``agent.requires`` installed; each ``python`` agent compiles  | E-ROS-011, E-ROS-010 |
 
 Checks 1-5 (:func:`check_structure`) read no store; check 9 is murmur-door's own, after
 the roster format's eight, and runs no agent code (``launcher/agent_check.py``). Check 6
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from launcher.agent_check import python_agent_problem
+from launcher.agent_check import missing_requirements, pip_install, python_agent_problem
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
 from launcher.errors import LauncherError
 from launcher.manifest import (
@@ -512,9 +512,17 @@ def _doors_authenticate(roster: RosterStructure, members: tuple[AdmittedMember, 
 
 
 def _agents_can_run(roster: RosterStructure, members: tuple[AdmittedMember, ...]) -> None:
-    """``E-ROS-010``, after the roster's own checks, members in roster order: each
-    ``python`` agent compiles and defines its async function (no agent code runs)."""
+    """``E-ROS-011``, then ``E-ROS-010``, after the roster's own checks, members in roster
+    order: what ``agent.requires`` names is installed, and each ``python`` agent compiles
+    and defines its async function (no agent code runs)."""
     for member in members:
+        requires = member.manifest.agent.requires
+        missing = missing_requirements(requires)
+        if missing:
+            raise DiagnosticError("E-ROS-011", member.field(), file=roster.file,
+                                  field=member.field(), capsule=member.capsule,
+                                  version=member.version, missing=", ".join(missing),
+                                  install=pip_install(requires))
         entry = member.manifest.agent.python
         if entry is None:
             continue

@@ -62,6 +62,10 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "agent.skills[].name": ("A skill's name, for people.", "Code"),
     "agent.skills[].description": ("What the skill does.", "Writes code"),
     "agent.skills[].tags": ("Words to find the skill by.", "[code, python]"),
+    "agent.requires": ("Python distributions the agent needs, as pip requirement "
+                       "strings: `mur doctor` and the launch refuse a missing one "
+                       "(`E-ROS-011`, `E-RUN-054`) naming the `pip install` that fixes it.",
+                       "[httpx>=0.27, openai]"),
     "exports": ("What this member offers other members.", "{peer_tasks: {accept: true}}"),
     "exports.peer_tasks": ("Tasks from other members of a formation.", "{accept: true}"),
     "exports.peer_tasks.accept": ("`true` to take tasks from members that may call it; a "

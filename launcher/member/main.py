@@ -80,6 +80,7 @@ def main(args: argparse.Namespace) -> int:
 def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
            json_mode: bool) -> Any:
     """Warnings, then the installed artifact this member runs (refusals raise)."""
+    from launcher.agent_check import missing_requirements, pip_install
     from launcher.hostcheck import host_diagnostics
     from launcher.store import resolve
 
@@ -92,6 +93,12 @@ def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
         raise DiagnosticError("E-RUN-047", str(artifact.path), capsule=options.capsule,
                               version=options.version, found=artifact.sha256,
                               expected=options.sha256)
+    requires = artifact.manifest.agent.requires
+    missing = missing_requirements(requires)
+    if missing:
+        raise DiagnosticError("E-RUN-054", "agent.requires", capsule=options.capsule,
+                              version=options.version, missing=", ".join(missing),
+                              install=pip_install(requires))
     if options.resume is not None:
         _check_resumable(options, session_id)
     return artifact

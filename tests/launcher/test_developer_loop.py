@@ -118,3 +118,63 @@ def test_rebuild_is_a_roster_flag_only(project: Path, capsys: pytest.CaptureFixt
     status = main(["run", "--capsule", "local/boss", "--capsule-version", "1.0.0",
                    "--project", str(project), "--rebuild"])
     assert status == 2 and "--rebuild is taken with --roster only" in capsys.readouterr().err
+
+
+REQUIRING = """manifest_version: 1
+name: needy
+version: 1.0.0
+agent:
+  python: needy_agent:run
+  requires: [{requires}]
+"""
+
+
+def needy_project(tmp_path: Path, requires: str) -> Path:
+    root = tmp_path / "needy-project"
+    root.mkdir()
+    folder = root / "needy"
+    folder.mkdir()
+    (folder / "murmur.yaml").write_text(REQUIRING.format(requires=requires))
+    (folder / "needy_agent.py").write_text("async def run(task):\n    return 'ok'\n")
+    install(pack(folder, tmp_path / "needy.mur.zip").path, root)
+    (root / "roster.yaml").write_text(
+        "roster_version: 1\nmembers:\n"
+        "  - {name: needy, capsule: local/needy, version: 1.0.0, entry: true}\n")
+    return root
+
+
+@pytest.mark.parametrize(("requires", "words"), [
+    ("murmur-no-such-distribution", "`murmur-no-such-distribution` (not installed)"),
+    ("'pytest<1'", "pytest "),
+])
+def test_a_missing_requirement_refuses_admission_naming_the_pip_install(
+        tmp_path: Path, murmur_home: Path, requires: str, words: str) -> None:
+    project = needy_project(tmp_path, requires)
+    with pytest.raises(DiagnosticError) as refused:
+        admit(project)
+    assert refused.value.code == "E-ROS-011"
+    assert words in refused.value.diagnostic.message
+    assert "-m pip install" in refused.value.diagnostic.hint
+
+
+def test_requirements_that_are_met_admit(tmp_path: Path, murmur_home: Path) -> None:
+    project = needy_project(tmp_path, "'pytest>=1', 'pyyaml'")
+    assert admit(project).members[0].manifest.agent.requires == ["pytest>=1", "pyyaml"]
+
+
+def test_a_requirement_that_is_not_one_is_e_man_001() -> None:
+    from launcher.manifest import parse_manifest
+
+    with pytest.raises(DiagnosticError) as refused:
+        parse_manifest(REQUIRING.format(requires="'not a requirement!!'"))
+    assert refused.value.code == "E-MAN-001"
+    assert "agent.requires" in refused.value.diagnostic.message
+
+
+def test_mur_run_capsule_refuses_a_missing_requirement_with_e_run_054(
+        tmp_path: Path, murmur_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = needy_project(tmp_path, "murmur-no-such-distribution")
+    status = main(["run", "--capsule", "local/needy", "--capsule-version", "1.0.0",
+                   "--project", str(project), "--task", "hi"])
+    err = capsys.readouterr().err
+    assert status == 1 and "error E-RUN-054" in err and "pip install" in err
