@@ -23,8 +23,12 @@ ENTRY_MEMBER = "planner"
 WORKER_MEMBER = "worker"
 VERSION = "0.1.0"
 #: ``mur new --template`` → the folder of launcher/templates it writes from.
-TEMPLATES = {"python": "capsule", "a2a": "a2a"}
+TEMPLATES = {"python": "capsule", "a2a": "a2a", "llm": "capsule"}
 DEFAULT_TEMPLATE = "python"
+#: The folder of ``mur new --roster --template llm``'s members (docs/llm.md).
+LLM_ROSTER = "roster-llm"
+LLM_NEXT = ("its agents call an OpenAI-compatible API: set OPENAI_API_KEY (and "
+            "OPENAI_BASE_URL, OPENAI_MODEL for another server; docs/llm.md)\n")
 
 
 def register(subparsers: Any) -> None:
@@ -42,8 +46,10 @@ def register(subparsers: Any) -> None:
     new.add_argument("--roster", action="store_true",
                      help="write a two-member roster instead of one capsule")
     new.add_argument("--template", choices=tuple(TEMPLATES),
-                     help="the capsule's agent: `python` (the default), an `async def run(task)`"
-                          "; `a2a`, an A2A server of its own (needs a2a-sdk)")
+                     help="the agent: `python` (the default), an `async def run(task)`; "
+                          "`a2a`, an A2A server of its own (needs a2a-sdk); with --roster, "
+                          "`llm`: members whose agent is a model behind an OpenAI-compatible "
+                          "chat API, calling each other as tools")
     new.add_argument("--name", help="the capsule's name (default: from DIR's name)")
     new.set_defaults(handler=_new)
 
@@ -110,9 +116,14 @@ def _refuse_existing(paths: list[Path], code: str) -> None:
 
 
 def _source_files(template: str, module: str) -> dict[str, str]:
-    """The files ``template`` writes, as ``{file name: template file}``."""
-    agent = {"server.py": "server.py.tmpl"} if template == TEMPLATES["a2a"] else {
-        f"{module}.py": "agent.py.tmpl"}
+    """The files ``template`` writes, as ``{file name: template file}`` (a template file
+    of the folder above, ``../agent.py.tmpl``, is shared by that folder's members)."""
+    if template == TEMPLATES["a2a"]:
+        agent = {"server.py": "server.py.tmpl"}
+    elif template.startswith(LLM_ROSTER + "/"):
+        agent = {f"{module}.py": "../agent.py.tmpl"}
+    else:
+        agent = {f"{module}.py": "agent.py.tmpl"}
     return {"murmur.yaml": "murmur.yaml.tmpl", **agent}
 
 
@@ -121,7 +132,7 @@ def write_capsule_source(directory: Path, name: str, template: str = "capsule",
     """Write ``murmur.yaml`` and the agent (a Python module, or ``server.py`` for the
     ``a2a`` template) of capsule ``name`` into ``directory``."""
     module = _module_for(name)
-    files = {directory / file: _template(template, source)
+    files = {directory / file: _template(*_template_path(template, source))
              for file, source in _source_files(template, module).items()}
     _refuse_existing(list(files), "E-MAN-005")
     directory.mkdir(parents=True, exist_ok=True)
@@ -130,8 +141,17 @@ def write_capsule_source(directory: Path, name: str, template: str = "capsule",
     return directory
 
 
-def write_roster_project(directory: Path) -> list[InstalledArtifact]:
-    """Write the two-member roster and its sources, then pack and install both members
+def _template_path(template: str, source: str) -> tuple[str, ...]:
+    parts = [*template.split("/"), *source.split("/")]
+    while ".." in parts:
+        at = parts.index("..")
+        del parts[at - 1: at + 1]
+    return tuple(parts)
+
+
+def write_roster_project(directory: Path, template: str = "python") -> list[InstalledArtifact]:
+    """Write the two-member roster and its sources (``template``: ``python`` agents, or
+    ``llm`` agents that call a chat-completions API), then pack and install both members
     into ``directory``'s project store. Returns the installed artifacts."""
     import tempfile
 
@@ -146,7 +166,8 @@ def write_roster_project(directory: Path) -> list[InstalledArtifact]:
     installed = []
     with tempfile.TemporaryDirectory(prefix="mur-new-") as build:
         for role, member in (("entry", ENTRY_MEMBER), ("worker", WORKER_MEMBER)):
-            source = write_capsule_source(directory / member, member, f"roster/{role}",
+            folder = LLM_ROSTER if template == "llm" else "roster"
+            source = write_capsule_source(directory / member, member, f"{folder}/{role}",
                                           **names)
             packed = pack(source, Path(build) / f"{member}-{VERSION}.mur.zip")
             installed.append(install(packed.path, directory)[0])
@@ -155,18 +176,24 @@ def write_roster_project(directory: Path) -> list[InstalledArtifact]:
 
 def _new(args: argparse.Namespace) -> int:
     directory: Path = args.directory
-    if args.roster and args.template is not None:
-        print("mur new: --template cannot be given with --roster (the roster's members are "
-              "Python agents); drop one of the two", file=sys.stderr)
+    if args.template == "llm" and not args.roster:
+        print("mur new: --template llm writes a roster of model-backed members; give it "
+              "with --roster", file=sys.stderr)
+        return 2
+    if args.roster and args.template == "a2a":
+        print("mur new: --roster writes python (or llm) members, not a2a ones; write an a2a "
+              "capsule with `mur new --template a2a DIR` and add it to the roster",
+              file=sys.stderr)
         return 2
     template = args.template or DEFAULT_TEMPLATE
     try:
         if args.roster:
-            installed = write_roster_project(directory)
+            installed = write_roster_project(directory, template)
             pinned = ", ".join(f"{item.capsule} {item.version}" for item in installed)
             print(f"wrote {directory / 'roster.yaml'} with members {ENTRY_MEMBER} (entry) and "
                   f"{WORKER_MEMBER}, and installed {pinned} into its project store.\n"
-                  f"next: cd {directory} && mur doctor && mur run --roster --task hello")
+                  + (LLM_NEXT if template == "llm" else "")
+                  + f"next: cd {directory} && mur doctor && mur run --roster --task hello")
             return 0
         name = args.name or capsule_name_for(directory)
         from launcher.manifest import name_problem

@@ -241,14 +241,20 @@ def test_new_a2a_never_overwrites_a_file(tmp_path: Path, capsys: pytest.CaptureF
     assert (tmp_path / existing).read_text() == "mine\n"
 
 
-@pytest.mark.parametrize("template", ["a2a", "python"])
-def test_template_beside_roster_is_refused_naming_both_flags(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], template: str) -> None:
+def test_an_a2a_template_beside_roster_is_refused_naming_both_flags(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     demo = tmp_path / "demo"
-    status, out, err = mur(capsys, "new", "--roster", "--template", template, str(demo))
+    status, out, err = mur(capsys, "new", "--roster", "--template", "a2a", str(demo))
     assert status == 2 and out == ""
-    assert "--template" in err and "--roster" in err
+    assert "a2a" in err and "--roster" in err
     assert not demo.exists()
+
+
+def test_the_llm_template_needs_roster(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = mur(capsys, "new", "--template", "llm", str(tmp_path / "one"))
+    assert status == 2 and out == "" and "--roster" in err
+    assert not (tmp_path / "one").exists()
 
 
 # --- the template behind a door, run as `mur new` says -----------------------------------
