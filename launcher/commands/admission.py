@@ -65,13 +65,9 @@ def _doctor(args: argparse.Namespace) -> int:
     try:
         admitted = admit(project)
     except DiagnosticError as refusal:
-        if args.json:
-            # The diagnostic's own keys (code, severity, message, hint, path) stand at the
-            # top, as every --json diagnostic does (docs/diagnostics.md).
-            refused = refusal.diagnostic.to_json()
-            print(json.dumps({**refused, "admitted": False,
-                              "project_dir": str(project.resolve()),
-                              "error": refused, "warnings": []}))
+        if args.json:  # the diagnostic once, under "error" (docs/admission.md)
+            print(json.dumps({"admitted": False, "project_dir": str(project.resolve()),
+                              "error": refusal.diagnostic.to_json(), "warnings": []}))
         else:
             emit(refusal.diagnostic, sys.stderr)
         return 1
