@@ -553,6 +553,13 @@ class MemberSession:
             text = (f"mur run: {self.options.capsule} {self.options.version} is ready at "
                     f"{self.door_url}{member} (session {self.plan.session_id}; operator "
                     f"token in {records.operator_token})")
+            if self.options.task is not None:
+                # A person's --task run: stdout holds the result alone, so that
+                # `answer=$(mur run ... --task ...)` is the answer. With --json (what the
+                # launcher and scripts use) the readiness line stays the first stdout line.
+                with contextlib.suppress(OSError, ValueError):
+                    print(text, file=sys.stderr, flush=True)
+                return True
         return self.out.line(text)
 
     # --------------------------------------------------------------------- watching

@@ -71,12 +71,13 @@ def test_the_human_readiness_line_names_the_door_the_session_and_the_token_file(
     process = project.start(echo, "--task", "hello", json_line=False)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
-    first, result = out.decode().splitlines()
+    # A person's --task run: stdout is the answer alone; the readiness line is on stderr.
+    assert out.decode() == "echo: hello\n"
+    [first] = [line for line in err.decode().splitlines() if "is ready" in line]
     session = re.search(r"ses_[0-9a-f]{32}", first)
     assert session and re.search(r"http://127\.0\.0\.1:\d+", first)
-    assert "operator.token" in first and "is ready" in first
-    assert result == "echo: hello"
-    # the agent's print went to stderr, never before the readiness line
+    assert "operator.token" in first
+    # the agent's print went to stderr too, never into the answer
     assert "noise from the agent" in err.decode()
 
 

@@ -278,4 +278,5 @@ def test_the_printed_commands_run_the_template_behind_a_door(
         assert completed.returncode == 0, (command, completed.stderr[-2000:])
     # The last command ran the capsule's a2a-sdk server behind its door: its answer.
     assert completed.stdout.strip().splitlines()[-1] == "Hello from greeter: you said hello"
-    assert "is ready at http://127.0.0.1:" in completed.stdout
+    assert completed.stdout == "Hello from greeter: you said hello\n"  # the answer alone
+    assert "is ready at http://127.0.0.1:" in completed.stderr
