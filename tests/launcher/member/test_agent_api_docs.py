@@ -26,6 +26,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "hello": {"answer": "hello, a shirt"},
     "who": {"answer_starts": "operator/trusted asked "},
     "files": {"answer": "A SHIRT"},
+    "context": {"answer_has": ["'message_id': True", "'context': True", "'home': True",
+                               "'peers': []", "'turn': 1", "'replies': ''"]},
     "status": {"answer": "done thinking"},
     "artifacts": {"artifacts": ["part one, ", "part two", '{"words": 4}']},
     "ask": {"reply": "large", "answer": "a large a shirt"},
@@ -42,7 +44,7 @@ def load(name: str) -> Any:
 
 def test_the_page_has_its_examples() -> None:
     assert set(EXPECTED) <= set(EXAMPLES)
-    assert {"delegate", "turns", "http"} <= set(EXAMPLES)
+    assert {"delegate", "fan-out", "turns", "http"} <= set(EXAMPLES)
 
 
 @pytest.mark.parametrize("name", sorted(name for name, (rest, _) in EXAMPLES.items()
@@ -79,5 +81,7 @@ async def test_an_example_runs_as_written(name: str, tmp_path: Path) -> None:
         assert texts == [expected["answer"]]
     if "answer_starts" in expected:
         assert texts[0].startswith(expected["answer_starts"]) and texts[0].endswith(": a shirt")
+    for fragment in expected.get("answer_has", []):
+        assert fragment in texts[0], texts
     if "artifacts" in expected:
         assert texts == expected["artifacts"]
