@@ -178,6 +178,12 @@ class TaskContext:
         return self._env
 
     @property
+    def max_turns(self) -> int:
+        """``inference.max_turns``: how many turns this task may take (an agent that loops
+        with a model bounds its own rounds by it too)."""
+        return self._environment.max_turns
+
+    @property
     def peers(self) -> tuple[str, ...]:
         """The members this task may call, in roster order (empty: nobody)."""
         return self._calls.peers if self._calls is not None else ()
