@@ -4,7 +4,8 @@ formation again, and the new code runs.
 In this order: :func:`project_sources` finds them (the project directory itself and each
 directory directly under it that holds a ``murmur.yaml``), :func:`source_warnings` names
 every member whose source packs to other bytes than the artifact it is bound to
-(``W-ROS-003``, given by ``mur doctor`` and at launch), and :func:`rebuild` packs and
+(``W-ROS-003``, given by ``mur doctor`` and at launch; only a source with a file
+modified after the install is packed to compare), and :func:`rebuild` packs and
 installs (replacing) each member's source before admission, for ``mur run --roster
 --rebuild``. A source is a member's when it is ``local/<its name>`` at the roster's
 version; packing is reproducible, so "differs" is exact, never a guess from file times.
@@ -89,6 +90,22 @@ def rebuild(project: Path) -> list[tuple[str, Source, bool]]:
     return done
 
 
+def _touched_since(source: Path, artifact: Path) -> bool:
+    """Whether any file of ``source`` was modified after ``artifact`` was written (stat
+    only, so a launch never packs a large source that did not change)."""
+    try:
+        installed = artifact.stat().st_mtime_ns
+    except OSError:
+        return True
+    for path in source.rglob("*"):
+        try:
+            if path.is_file() and path.stat().st_mtime_ns > installed:
+                return True
+        except OSError:
+            return True
+    return False
+
+
 def source_warnings(admitted: AdmittedRoster) -> list[Diagnostic]:
     """``W-ROS-003`` for each member whose source in the project packs to other bytes
     than the artifact admission bound it to."""
@@ -100,6 +117,8 @@ def source_warnings(admitted: AdmittedRoster) -> list[Diagnostic]:
                         entry=member.entry, index=member.index) for member in admitted.members]
     for spec, source in _members_sources(admitted.project_dir, specs):
         member = members[spec.name]
+        if not _touched_since(source.path, member.artifact):
+            continue  # nothing in the source changed after the install: no packing needed
         try:
             data, _ = pack_bytes(source.path)
         except DiagnosticError:
