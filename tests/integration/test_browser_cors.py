@@ -9,9 +9,11 @@ Skips, saying so, where no Chromium is installed (``.ci/run`` installs Debian's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -125,7 +127,10 @@ class PageServer:
 def browser_at(url: str) -> Iterator[subprocess.Popen[bytes]]:
     """Headless Chromium showing ``url`` until the block ends (then it is stopped)."""
     assert BROWSER is not None
-    with tempfile.TemporaryDirectory(prefix="murmur-chromium-") as profile:
+    # Chromium's helper processes may still write to the profile for a moment after the
+    # group is stopped: the folder's removal must not fail the test.
+    with tempfile.TemporaryDirectory(prefix="murmur-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
         argv = [BROWSER, "--headless=new", "--disable-gpu", "--no-first-run",
                 "--no-default-browser-check", "--disable-extensions",
                 "--disable-dev-shm-usage", f"--user-data-dir={profile}", url]
@@ -136,12 +141,21 @@ def browser_at(url: str) -> Iterator[subprocess.Popen[bytes]]:
         try:
             yield process
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            _stop_group(process)
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """Stop the browser and every helper process it started (its own process group)."""
+    for signum, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+        try:
+            process.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # helpers the main process left behind
 
 
 async def page_report(allowed_origin: str | None) -> dict[str, Any]:
