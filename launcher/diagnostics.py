@@ -18,7 +18,6 @@ the standard library: every ``mur`` process loads it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -745,25 +744,9 @@ _EXAMPLE = diagnostic("E-ROS-004", "reachability[0].to[1]", file="roster.yaml",
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.diagnostics",
-                                     description="Generate or check docs/diagnostics.md.")
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write-docs", action="store_true", help="write the page")
-    action.add_argument("--check", action="store_true",
-                        help="exit 1 when the page differs from the table")
-    parser.add_argument("--path", type=Path, default=DOCS_PATH)
-    args = parser.parse_args(argv)
-    page = render_docs()
-    if args.write_docs:
-        args.path.parent.mkdir(parents=True, exist_ok=True)
-        args.path.write_text(page, encoding="utf-8")
-        return 0
-    current = args.path.read_text(encoding="utf-8") if args.path.exists() else ""
-    if current != page:
-        print(f"{args.path} is stale: run `python -m launcher.diagnostics --write-docs`",
-              file=sys.stderr)
-        return 1
-    return 0
+    from launcher.generated_pages import page_command  # only when the page is written
+
+    return page_command("launcher.diagnostics", DOCS_PATH, render_docs, argv)
 
 
 def _check_table() -> None:

@@ -10,7 +10,6 @@ the page.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import types
 import typing
@@ -22,6 +21,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from launcher.generated_pages import page_command
 from launcher.manifest import Duration, Manifest
 
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "manifest.md"
@@ -248,21 +248,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.commands.manifest_reference",
-                                     description="Generate or check docs/manifest.md.")
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write-docs", action="store_true", help="write the page")
-    action.add_argument("--check", action="store_true", help="exit 1 when the page is stale")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.write_docs:
-        DOCS_PATH.write_text(text, encoding="utf-8")
-        return 0
-    if DOCS_PATH.read_text(encoding="utf-8") != text:
-        print(f"{DOCS_PATH} is stale: run `python -m launcher.commands.manifest_reference "
-              "--write-docs`", file=sys.stderr)
-        return 1
-    return 0
+    return page_command("launcher.commands.manifest_reference", DOCS_PATH, render, argv)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from launcher.cli import build_parser
+from launcher.generated_pages import page_command
 
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -99,22 +100,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.commands.reference",
-                                     description="Generate or check docs/cli.md.")
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write-docs", action="store_true", help="write the page")
-    action.add_argument("--check", action="store_true",
-                        help="exit 1 when the page differs from what the parser says")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.write_docs:
-        DOCS_PATH.write_text(text, encoding="utf-8")
-        return 0
-    if DOCS_PATH.read_text(encoding="utf-8") != text:
-        print(f"{DOCS_PATH} is stale: run `python -m launcher.commands.reference --write-docs`",
-              file=sys.stderr)
-        return 1
-    return 0
+    return page_command("launcher.commands.reference", DOCS_PATH, render, argv)
 
 
 if __name__ == "__main__":
