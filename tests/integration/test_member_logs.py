@@ -34,11 +34,6 @@ def project(tmp_path: Path, murmur_home: Path) -> Iterator[Project]:
     yield from support.project_fixture(tmp_path, murmur_home)
 
 
-def mur(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args],
-                          env=member_env(project.home), capture_output=True, text=True,
-                          timeout=60, check=False)
-
 
 def fail_a_task(member: support.Member) -> dict[str, object]:
     answer = member.rpc("SendMessage", {"message": {
@@ -63,7 +58,7 @@ def test_an_agents_exception_is_logged_with_its_traceback_and_traced_with_its_re
     [failed] = [record for record in member.trace() if record["event"] == "task_state"
                 and record.get("state") == "TASK_STATE_FAILED"]
     assert "missing-key" in str(failed["reason"])
-    printed = mur(project, "logs", str(member.ready["session_id"]))
+    printed = project.mur("logs", str(member.ready["session_id"]))
     assert printed.returncode == 0, printed.stderr
     session = member.ready["session_id"]
     assert f"[{session}] Traceback (most recent call last)" in printed.stdout
@@ -92,5 +87,5 @@ def test_mur_logs_follow_prints_new_lines_until_the_session_ends(project: Projec
 
 
 def test_mur_logs_of_nothing_says_so(project: Project) -> None:
-    done = mur(project, "logs", "ses_0190c0de00007000800000000000f00d")
+    done = project.mur("logs", "ses_0190c0de00007000800000000000f00d")
     assert done.returncode == 1 and "no records of session" in done.stderr

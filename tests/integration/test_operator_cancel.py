@@ -4,15 +4,13 @@ formation's entry door) with the session's operator token."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support import member as support
-from tests.support.member import Project, member_env, wait_for
+from tests.support.member import Project, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -21,11 +19,6 @@ pytestmark = pytest.mark.integration
 def project(tmp_path: Path, murmur_home: Path) -> Iterator[Project]:
     yield from support.project_fixture(tmp_path, murmur_home)
 
-
-def mur(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args],
-                          env=member_env(project.home), capture_output=True, text=True,
-                          timeout=60, check=False)
 
 
 def test_mur_cancel_cancels_a_running_task_once(project: Project) -> None:
@@ -37,12 +30,12 @@ def test_mur_cancel_cancels_a_running_task_once(project: Project) -> None:
         "configuration": {"returnImmediately": True}})
     task_id = started["result"]["task"]["id"]
     wait_for(lambda: task_id in support.running_task_ids(member))
-    first = mur(project, "cancel", session, task_id, "--json")
+    first = project.mur("cancel", session, task_id, "--json")
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["status"]["state"] == "TASK_STATE_CANCELED"
-    again = mur(project, "cancel", session, task_id)
+    again = project.mur("cancel", session, task_id)
     assert again.returncode == 1 and "already ended" in again.stderr
-    unknown = mur(project, "cancel", member.door, "no-such-task")
+    unknown = project.mur("cancel", member.door, "no-such-task")
     assert unknown.returncode == 1 and "has no task no-such-task" in unknown.stderr
     assert member.token not in first.stdout + first.stderr + again.stderr
     member.signal()
@@ -50,5 +43,5 @@ def test_mur_cancel_cancels_a_running_task_once(project: Project) -> None:
 
 
 def test_mur_cancel_of_nothing_running_says_so(project: Project) -> None:
-    done = mur(project, "cancel", "frm_0190c0de00007000800000000000f00d", "t1")
+    done = project.mur("cancel", "frm_0190c0de00007000800000000000f00d", "t1")
     assert done.returncode == 1 and "is not running" in done.stderr

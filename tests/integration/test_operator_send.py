@@ -5,15 +5,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support import member as support
-from tests.support.member import Project, member_env, wait_for
+from tests.support.member import Project, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -35,17 +33,12 @@ def project(tmp_path: Path, murmur_home: Path) -> Iterator[Project]:
     yield from support.project_fixture(tmp_path, murmur_home)
 
 
-def mur(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args],
-                          env=member_env(project.home), capture_output=True, text=True,
-                          timeout=90, check=False, stdin=subprocess.DEVNULL)
-
 
 def test_replies_answer_each_question_in_turn(project: Project) -> None:
     project.capsule("asker", agent=ASKING_AGENT)
     member = project.run("asker")
     session = str(member.ready["session_id"])
-    done = mur(project, "send", session, "a shirt", "--reply", "red", "--reply", "large")
+    done = project.mur("send", session, "a shirt", "--reply", "red", "--reply", "large")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "a large red one\n"
     assert "which colour?" in done.stderr and "input-required" in done.stderr
@@ -56,7 +49,7 @@ def test_replies_answer_each_question_in_turn(project: Project) -> None:
 def test_a_question_nobody_can_answer_cancels_the_task(project: Project) -> None:
     project.capsule("asker", agent=ASKING_AGENT)
     member = project.run("asker")
-    done = mur(project, "send", str(member.ready["session_id"]), "a shirt")
+    done = project.mur("send", str(member.ready["session_id"]), "a shirt")
     assert done.returncode == 1
     assert "asks for input (which colour?)" in done.stderr and "canceled" in done.stderr
     listed = member.rpc("ListTasks")["result"]["tasks"]
@@ -72,7 +65,7 @@ def test_task_id_continues_a_task_that_asks_for_input(project: Project) -> None:
         "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "a hat"}]}})
     task = started["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-    done = mur(project, "send", str(member.ready["session_id"]), "blue",
+    done = project.mur("send", str(member.ready["session_id"]), "blue",
                "--task-id", task["id"], "--reply", "small")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "a small blue one\n"
@@ -88,8 +81,8 @@ def test_a_busy_member_is_offered_the_task_again_until_it_takes_it(project: Proj
                                            "parts": [{"text": "sleep 1.5"}]},
                                "configuration": {"returnImmediately": True}})
     wait_for(lambda: support.running_task_ids(member))
-    refused = mur(project, "send", session, "sleep 0", "--timeout", "1s")
-    waited = mur(project, "send", session, "sleep 0", "--timeout", "30s")
+    refused = project.mur("send", session, "sleep 0", "--timeout", "1s")
+    waited = project.mur("send", session, "sleep 0", "--timeout", "30s")
     assert refused.returncode == 1 and "stayed busy" in refused.stderr
     assert waited.returncode == 0, waited.stderr
     assert waited.stdout == "slept\n" and "busy: offering the task again" in waited.stderr
@@ -105,7 +98,7 @@ def test_a_task_run_whose_task_asks_for_input_says_how_to_answer(project: Projec
     session = str(member.ready["session_id"])
     task_id = wait_for(lambda: support.running_task_ids(member) or [
         t["id"] for t in member.rpc("ListTasks")["result"]["tasks"]])[0]
-    answered = mur(project, "send", session, "green", "--task-id", task_id,
+    answered = project.mur("send", session, "green", "--task-id", task_id,
                    "--reply", "tiny")
     assert answered.returncode == 0, answered.stderr
     assert member.wait() == 0
@@ -115,6 +108,6 @@ def test_a_task_run_whose_task_asks_for_input_says_how_to_answer(project: Projec
 
 
 def test_timeout_that_is_not_a_duration_is_a_usage_error(project: Project) -> None:
-    done = mur(project, "send", "frm_0190c0de00007000800000000000f00d", "hi",
+    done = project.mur("send", "frm_0190c0de00007000800000000000f00d", "hi",
                "--timeout", "soon")
     assert done.returncode == 2 and "--timeout" in done.stderr

@@ -320,6 +320,12 @@ class Project:
         self.members.append(member)
         return member
 
+    def mur(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        """``mur ARGS`` in this project's MURMUR_HOME, with no stdin (never a terminal)."""
+        return subprocess.run([sys.executable, "-m", "launcher.cli", *args],
+                              env=member_env(self.home), capture_output=True, text=True,
+                              timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+
     def cleanup(self) -> None:
         for member in self.members:
             member.kill()
