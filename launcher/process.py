@@ -77,7 +77,8 @@ def forbid_inspection() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(None, use_errno=True)
-    return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    zero = ctypes.c_ulong(0)
+    return int(libc.prctl(ctypes.c_int(_PR_SET_DUMPABLE), zero, zero, zero, zero)) == 0
 
 
 def process_start_time(pid: int) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from launcher.member.landlock import HostSupport, host_support
+from launcher.landlock import HostSupport, host_support
 
 SUPPORT = host_support()
 needs_landlock = pytest.mark.skipif(SUPPORT.abi < 1,
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 CHILD = textwrap.dedent("""
     import json, os, signal, socket, sys
-    from launcher.member.landlock import Confinement, confine
+    from launcher.landlock import Confinement, confine
     plan = json.loads(sys.argv[1])
     applied = confine(Confinement(read=tuple(plan["read"]), write=tuple(plan["write"]),
                                   connect_ports=tuple(plan["connect"])))

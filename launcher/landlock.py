@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from launcher.env_names import LANDLOCK_ABI_ENV
 from launcher.errors import LauncherError
 
 # --------------------------------------------------------------------------------------
@@ -82,14 +83,24 @@ class _NetPortAttr(ctypes.Structure):
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
+_syscall.restype = ctypes.c_long
 
 
 class LandlockError(LauncherError, OSError):
     """Landlock could not be applied; the text says which step and why."""
 
 
+def prctl(option: int, arg2: int = 0) -> int:
+    """``prctl(option, arg2, 0, 0, 0)``, every argument a full long (it is variadic)."""
+    zero = ctypes.c_ulong(0)
+    return int(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), zero, zero, zero))
+
+
 def _call(number: int, *args: object) -> int:
-    result = int(_syscall(number, *args))
+    # syscall(2) is variadic: every integer must be passed as a full long, or its upper
+    # half is whatever the register held (EFAULT, ENOMSG, at random).
+    wide = [ctypes.c_long(arg) if isinstance(arg, int) else arg for arg in args]
+    result = int(_syscall(ctypes.c_long(number), *wide))
     if result < 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
@@ -142,7 +153,17 @@ class HostSupport:
 
 
 def host_support() -> HostSupport:
-    """Ask the kernel for its Landlock ABI (nothing is confined by asking)."""
+    """Ask the kernel for its Landlock ABI (nothing is confined by asking); tests may
+    lower it with ``MURMUR_TEST_LANDLOCK_ABI``."""
+    support = _kernel_support()
+    capped = os.environ.get(LANDLOCK_ABI_ENV, "")
+    if capped.isdigit() and int(capped) < support.abi:
+        reason = "MURMUR_TEST_LANDLOCK_ABI=0" if int(capped) == 0 else ""
+        return HostSupport(int(capped), reason)
+    return support
+
+
+def _kernel_support() -> HostSupport:
     if platform.system() != "Linux":
         return HostSupport(0, f"{platform.system()} is not Linux")
     try:
@@ -183,6 +204,17 @@ def confine(confinement: Confinement, support: HostSupport | None = None) -> Hos
     was applied; raises :class:`LandlockError` when the kernel offers no Landlock or a
     step fails. Call it in the process to confine, before any untrusted code runs."""
     support = support if support is not None else host_support()
+    ruleset = build_ruleset(confinement, support)
+    try:
+        restrict_self(ruleset)
+    finally:
+        os.close(ruleset)
+    return support
+
+
+def build_ruleset(confinement: Confinement, support: HostSupport) -> int:
+    """A ruleset descriptor (close-on-exec) holding ``confinement``; nothing is confined
+    yet. :func:`restrict_self` applies it, here or in a child between fork and exec."""
     if support.abi < 1:
         raise LandlockError(f"cannot confine: {support.describe()}")
     fs, net, scoped = _handled(support.abi)
@@ -198,16 +230,22 @@ def confine(confinement: Confinement, support: HostSupport | None = None) -> Hos
         if net:
             _add_ports(ruleset, confinement.connect_ports, NET_CONNECT_TCP)
             _add_ports(ruleset, confinement.bind_ports, NET_BIND_TCP)
-        if int(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) != 0:
-            raise LandlockError("prctl(PR_SET_NO_NEW_PRIVS) failed: "
-                                f"{os.strerror(ctypes.get_errno())}")
-        try:
-            _call(_RESTRICT_SELF, ruleset, 0)
-        except OSError as exc:
-            raise LandlockError(f"landlock_restrict_self failed: {exc.strerror}") from None
-    finally:
+    except BaseException:
         os.close(ruleset)
-    return support
+        raise
+    return ruleset
+
+
+def restrict_self(ruleset: int) -> None:
+    """``no_new_privs``, then ``landlock_restrict_self``: two system calls and no
+    allocation, so it is safe between fork and exec (a ``preexec_fn``)."""
+    if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
+        raise LandlockError("prctl(PR_SET_NO_NEW_PRIVS) failed: "
+                            f"{os.strerror(ctypes.get_errno())}")
+    try:
+        _call(_RESTRICT_SELF, ruleset, 0)
+    except OSError as exc:
+        raise LandlockError(f"landlock_restrict_self failed: {exc.strerror}") from None
 
 
 def _add_paths(ruleset: int, paths: Iterable[str], access: int) -> None:
