@@ -36,6 +36,7 @@ import json
 import logging
 import re
 import secrets
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -44,8 +45,8 @@ from typing import Final
 import httpx
 
 from gateway.errors import GatewayError
-from gateway.protocol import PROXY_ENV
 from gateway.proxy import (
+    CALLING_TASK,
     HOP_BY_HOP,
     TRUSTED,
     UNTRUSTED,
@@ -57,18 +58,10 @@ from gateway.proxy import (
     exact_virtual_name,
     names_formation,
 )
+from gateway.proxy_env import USER, proxy_environment, proxy_url
 
 _log = logging.getLogger(__name__)
 
-#: Where the agent's environment names the proxy: the four ``*_PROXY`` variables for
-#: every HTTP client, ``MURMUR_PROXY`` for murmur-aware agents.
-PROXY_VARIABLES: Final = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", PROXY_ENV)
-#: Removed from the agent's environment in any case (Python's urllib reads proxy
-#: variables case-insensitively): nothing may exempt a host from the proxy or name
-#: another proxy.
-_REMOVED_VARIABLES: Final = frozenset(
-    {"no_proxy", "all_proxy"} | {name.lower() for name in PROXY_VARIABLES})
-USER: Final = "murmur"
 PROXY_AUTHENTICATE: Final = 'Basic realm="murmur"'
 
 
@@ -94,15 +87,6 @@ class ProxyLimits:
     connect_seconds: float = 10.0
 
 
-def proxy_environment(env: Mapping[str, str], proxy_url: str) -> dict[str, str]:
-    """``env`` as the agent gets it: ``NO_PROXY``, ``ALL_PROXY`` and the five proxy
-    variables removed in every case, then the five set to ``proxy_url``."""
-    kept = {name: value for name, value in env.items()
-            if name.lower() not in _REMOVED_VARIABLES}
-    kept.update(dict.fromkeys(PROXY_VARIABLES, proxy_url))
-    return kept
-
-
 # --------------------------------------------------------------------------------------
 # 2. The request head and body
 
@@ -117,8 +101,10 @@ _NONE: Final[list[bytes]] = []                # the values of an absent header (
 
 
 class _Answer(GatewayError):
-    """An answer the proxy gives itself: status, ``error`` code and message. The
-    connection is closed after it (the request's body may be unread)."""
+    """An answer the proxy gives itself: status, ``error`` code and message, marked
+    ``Proxy-Status: murmur; error=<code>`` (RFC 9209) so an agent's client can tell it
+    from an answer relayed from elsewhere. The connection is closed after it (the
+    request's body may be unread)."""
 
     def __init__(self, status: int, error: str, message: str,
                  headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -132,7 +118,8 @@ class _Answer(GatewayError):
         body = json.dumps({"error": self.error, "message": self.message}).encode()
         extra = b"".join(name + b": " + value + b"\r\n" for name, value in self.headers)
         return (b"HTTP/1.1 %d %s\r\n" % (self.status, HTTPStatus(self.status).phrase.encode())
-                + extra + b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+                + extra + b"Proxy-Status: murmur; error=" + self.error.encode("ascii")
+                + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                 b"Connection: close\r\n\r\n" % len(body) + body)
 
 
@@ -257,6 +244,9 @@ _REQUEST_DROPPED: Final = frozenset(
     name.encode() for name in HOP_BY_HOP | {"content-length", "expect", "host"})
 _RESPONSE_DROPPED: Final = frozenset(name.encode() for name in HOP_BY_HOP | {"content-length"})
 _PROXY_PREFIX: Final = b"proxy-"
+#: The task a request is for, as the agent process names it (a ``Proxy-`` header: read
+#: here, never forwarded).
+TASK_HEADER: Final = b"proxy-murmur-task"
 
 
 def _forwarded(head: RequestHead) -> list[tuple[bytes, bytes]]:
@@ -320,15 +310,17 @@ class ForwardProxy:
     """
 
     def __init__(self, transport: FormationTransport, *, trust: Callable[[], str],
-                 limits: ProxyLimits | None = None) -> None:
+                 limits: ProxyLimits | None = None, secret: str | None = None,
+                 task_trust: Callable[[str], str | None] | None = None) -> None:
         self._transport = transport
         self._allow = transport.allow
         # Two views made once: per request, picking one is all the trust costs.
         self._trusted = transport.with_trust(TRUSTED)
         self._untrusted = transport.with_trust(UNTRUSTED)
         self._trust = trust
+        self._task_trust = task_trust
         self._limits = limits or ProxyLimits()
-        self._secret = secrets.token_urlsafe(32)
+        self._secret = secret if secret is not None else secrets.token_urlsafe(32)
         self._credentials = f"{USER}:{self._secret}".encode("ascii")
         self._server: asyncio.Server | None = None
         self._port: int | None = None
@@ -350,15 +342,20 @@ class ForwardProxy:
     @property
     def url(self) -> str:
         """``http://murmur:<secret>@127.0.0.1:<port>``, for the agent's environment."""
-        return f"http://{USER}:{self._secret}@127.0.0.1:{self.port}"
+        return proxy_url(self._secret, self.port)
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with the proxy variables set and NO_PROXY gone (see proxy_environment)."""
         return proxy_environment(env, self.url)
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, host="127.0.0.1", port=0, limit=self._limits.head_bytes)
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Serve on ``sock`` (bound to loopback by the caller), else on a new port."""
+        if sock is not None:
+            self._server = await asyncio.start_server(
+                self._serve, sock=sock, limit=self._limits.head_bytes)
+        else:
+            self._server = await asyncio.start_server(
+                self._serve, host="127.0.0.1", port=0, limit=self._limits.head_bytes)
         self._port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -471,7 +468,7 @@ class ForwardProxy:
             writer.write(_CONTINUE)
         body = await self._read_body(reader, length)
         request = _request(head, url, body, self._timeouts)
-        response = await self._send(request)
+        response = await self._send(request, self._task_of(head))
         keep_alive = head.minor == 1 and b"close" not in head.connection_tokens()
         return await _relay(response, url, head, writer, keep_alive)
 
@@ -499,10 +496,24 @@ class ForwardProxy:
                           f"the request body did not arrive within "
                           f"{self._limits.body_seconds:g} s") from None
 
-    async def _send(self, request: httpx.Request) -> httpx.Response:
+    def _task_of(self, head: RequestHead) -> tuple[str, str] | None:
+        """(task id, its trust) when ``Proxy-Murmur-Task`` names a task the member holds
+        now (the agent process names the task a request is for; a name it makes up is
+        ignored, and naming another live task gains nothing: the same code runs both)."""
+        values = head.values(TASK_HEADER)
+        if len(values) != 1 or self._task_trust is None:
+            return None
+        task = values[0].decode("latin-1")
+        trust = self._task_trust(task) if len(task) <= 64 else None
+        return (task, trust) if trust is not None else None
+
+    async def _send(self, request: httpx.Request,
+                    task: tuple[str, str] | None = None) -> httpx.Response:
         """``request`` through the member's FormationTransport; every refusal and
         failure as the agent's answer, naming a member but never a door's address."""
-        view = self._trusted if self._trust() == TRUSTED else self._untrusted
+        trust = task[1] if task is not None else self._trust()
+        view = self._trusted if trust == TRUSTED else self._untrusted
+        calling = CALLING_TASK.set(task[0] if task is not None else None)
         try:
             return await view.handle_async_request(request)
         except FormationRefused:
@@ -525,6 +536,8 @@ class ForwardProxy:
                        view.scrub(str(exc)))
             raise _Answer(500, "proxy_error",
                           "the forward proxy failed; the member's log says why") from None
+        finally:
+            CALLING_TASK.reset(calling)
 
     # CONNECT --------------------------------------------------------------------------
 
@@ -601,7 +614,8 @@ def _without_virtual_location(raw: list[tuple[bytes, bytes]],
     The proxy cannot tell a follow-up from a fresh request, so a callee (or an outside
     host) could otherwise steer this member's agent, and its token, to a member of the
     callee's choosing: the confused deputy of docs/proxy.md, step 5. Without a
-    Location no client follows; the agent still sees the 3xx.
+    Location no client follows; the agent still sees the 3xx, marked
+    ``Proxy-Status: murmur; error=formation_refused``.
     """
     return [(name, value) for name, value in raw
             if name.lower() != b"location" or not _leads_to_formation(url, value)]
@@ -637,9 +651,13 @@ def _framing(response: httpx.Response, url: httpx.URL, head: RequestHead,
              keep_alive: bool) -> _Framing:
     status = response.status_code
     raw = response.headers.raw
+    removed = False
     if status in _REDIRECT_STATUSES:
-        raw = _without_virtual_location(raw, url)
+        kept = _without_virtual_location(raw, url)
+        removed, raw = len(kept) != len(raw), kept
     lines, length = _answer_headers(raw)
+    if removed:  # said, so a murmur-aware client can raise what it raised in-process
+        lines.append(b"Proxy-Status: murmur; error=formation_refused\r\n")
     bodiless = head.method == _HEAD or status < 200 or status in _NO_BODY_STATUSES
     chunked = False
     if length is not None and status != 204:

@@ -26,6 +26,7 @@ callee's virtual address (``FormationTransport.scrub``, also used by call-member
 
 from __future__ import annotations
 
+import contextvars
 import re
 import unicodedata
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -83,6 +84,10 @@ class DoorDirectory(Protocol):
         ...
 
 
+#: The task whose agent code sends the request being handled (for the ``on_call`` hook's
+#: record): set by the member's calls and by its forward proxy.
+CALLING_TASK: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "murmur_calling_task", default=None)
 #: The running task's trust class, or ``None`` when no task is running.
 TrustSource = Callable[[], str | None]
 #: Called once for every request sent to a member, with the callee and the virtual URL.

@@ -16,13 +16,12 @@ import httpx
 
 from gateway.call_member import CallHandle, MemberCalls
 from gateway.egress import virtual_address
-from gateway.proxy import DoorDirectory, FormationTransport
+from gateway.proxy import CALLING_TASK, DoorDirectory, FormationTransport
 from gateway.trace_bus import TraceBus
 
-#: The task whose agent code is running (set when its calls object is made, so agent
-#: code and every task it starts see it).
-_CURRENT_TASK: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "murmur_current_task", default=None)
+#: The task whose agent code is running (set when its calls object is made, so the calls
+#: it makes see it; the forward proxy sets it for a request that names its task).
+_CURRENT_TASK = CALLING_TASK
 #: True inside the call-member client, whose requests are traced once per call.
 _IN_CALL_MEMBER: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "murmur_in_call_member", default=False)

@@ -33,15 +33,9 @@ import uvicorn
 from gateway.aiohttp_transport import default_inner_transport
 from gateway.auth import AuthPolicy, DoorAuth
 from gateway.caller import CALLER_SCOPE_KEY
-from gateway.forward_proxy import (
-    PROXY_AUTHENTICATE,
-    PROXY_VARIABLES,
-    ForwardProxy,
-    ProxyLimits,
-    parse_head,
-    proxy_environment,
-)
+from gateway.forward_proxy import PROXY_AUTHENTICATE, ForwardProxy, ProxyLimits, parse_head
 from gateway.proxy import FormationRefused, FormationTransport
+from gateway.proxy_env import PROXY_VARIABLES, proxy_environment
 from gateway.tokens import FormationVerifier
 from tests.support.auth import FORMATION, KEY, mint
 from tests.support.proxy_fakes import Doors
