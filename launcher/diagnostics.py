@@ -520,6 +520,20 @@ TABLE: tuple[CodeEntry, ...] = (
         "murmur-door",
     ),
     CodeEntry(
+        "E-RUN-055", "error",
+        "--isolation required, and this host cannot confine agent code fully",
+        "--isolation required: this host cannot confine agent code fully (missing: "
+        "{missing}; it offers {offered})",
+        "run on a kernel with Landlock ABI 6 or later (Linux 6.12+, Landlock enabled in "
+        "the boot's lsm= list), or use --isolation auto to run with what it offers",
+        "`mur run --isolation required` (or `MURMUR_ISOLATION=required`) refuses to start "
+        "anything unless every agent process can be confined with Landlock's file rules, "
+        "TCP rules (ABI 4) and signal and abstract-socket scoping (ABI 6). Checked by the "
+        "launcher before any member starts, and by a standalone `mur run --capsule`. "
+        "`mur doctor` says what this host offers.",
+        "murmur-door",
+    ),
+    CodeEntry(
         "W-RUN-007", "warning",
         "A formation member started by hand: nothing winds it down",
         "this mur run carries MURMUR_FORMATION_ID {formation} but no formation lifeline; "
@@ -554,6 +568,21 @@ TABLE: tuple[CodeEntry, ...] = (
         "once at launch; the launcher of a formation prints it for every member and sets "
         "`MURMUR_HOST_WARNINGS_REPORTED=1`, so the members do not print it again.",
         "reference",
+    ),
+    CodeEntry(
+        "W-SEC-014", "warning",
+        "Agent code runs with less confinement than murmur promises",
+        "agent code is not fully confined on this host (missing: {missing}; it offers "
+        "{offered})",
+        "run on a kernel with Landlock ABI 6 or later (Linux 6.12+, Landlock enabled in the "
+        "boot's lsm= list); --isolation required refuses to run without it",
+        "With `--isolation auto` (the default) every agent process is confined with what "
+        "the kernel offers; where that is less than Landlock's file rules, TCP rules (ABI 4) "
+        "and scoping (ABI 6), this warning names what is missing, once per launch (the "
+        "launcher prints it, its members do not). Without TCP rules an agent can open "
+        "sockets anywhere, so `capabilities.network.allow` binds only its HTTP clients; "
+        "without Landlock at all, agent code can read what its user can read.",
+        "murmur-door",
     ),
 )
 

@@ -34,6 +34,10 @@ WORKDIR_ENV: Final = "MURMUR_WORKDIR"
 #: The task id a ``command`` agent is running.
 TASK_ID_ENV: Final = "MURMUR_TASK_ID"
 
+#: ``auto``, ``required`` or ``off``: whether agent code runs confined (``--isolation``
+#: wins; the launcher sets it for every member, so members inherit its choice).
+ISOLATION_ENV: Final = "MURMUR_ISOLATION"
+
 #: ``1`` when the launcher already printed the host warnings, so members do not repeat them.
 HOST_WARNINGS_REPORTED_ENV: Final = "MURMUR_HOST_WARNINGS_REPORTED"
 
@@ -43,3 +47,6 @@ HOST_WARNINGS_REPORTED_ENV: Final = "MURMUR_HOST_WARNINGS_REPORTED"
 LIFELINE_GRACE_ENV: Final = "MURMUR_TEST_LIFELINE_GRACE"
 READY_SECONDS_ENV: Final = "MURMUR_TEST_READY_SECONDS"
 ARGV_PREFIX_ENV: Final = "MURMUR_TEST_MEMBER_ARGV_PREFIX"
+#: Tests only: act as if the kernel's Landlock ABI were at most this (0: no Landlock),
+#: so the warnings and refusals of an older kernel can be seen on a newer one.
+LANDLOCK_ABI_ENV: Final = "MURMUR_TEST_LANDLOCK_ABI"

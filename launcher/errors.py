@@ -10,8 +10,15 @@
     ├── UsageError .................. run_flags: a flag mur run cannot use (exit 2)
     ├── CapsuleError ................ member.capsule: the capsule's agent cannot be loaded
     ├── CommandFailed ............... member.capsule: a command agent exited non-zero
-    ├── LandlockError ............... member.landlock: a confinement cannot be applied
-    │                                 (an OSError)
+    ├── LandlockError ............... landlock, privileges: a confinement cannot be
+    │                                 applied (an OSError)
+    ├── AgentProcessError ........... member.agent_process: the agent process ...
+    │   ├── AgentStartFailed ........ ... could not confine itself or load the agent
+    │   └── AgentProcessEnded ....... ... ended while a task ran
+    ├── AgentRaised ................. member.agent_process: agent code raised (the task
+    │                                 fails with its message)
+    ├── ProtocolError ............... member.agent.protocol: a line that is not the agent
+    │                                 protocol's
     ├── StartFailed ................. member.session: the session could not start
     ├── NotReady .................... formation.ready: a member did not come up
     ├── DeadlineFell ................ formation.ready: --deadline fell during start-up

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
 def register(subparsers: Any) -> None:
     doctor = subparsers.add_parser(
         "doctor", help="admit the project's roster.yaml and report the result",
-        description="Admit roster.yaml as `mur run --roster` would, and report it: exit 0 "
-                    "when admitted (warnings included), 1 when refused.")
+        description="Admit roster.yaml as `mur run --roster` would, and report it, then "
+                    "what this host offers to confine agent code (Landlock ABI, TCP rules, "
+                    "scoping): exit 0 when admitted (warnings included), 1 when refused.")
     doctor.add_argument("--project", type=Path, default=Path("."), metavar="DIR",
                         help="the roster's project directory (default: the current one)")
     doctor.add_argument("--json", action="store_true",
@@ -49,6 +51,7 @@ def summary(admitted: AdmittedRoster) -> str:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from launcher.isolation import host_report, report_line
     from launcher.roster import admit
 
     project: Path = args.project
@@ -74,12 +77,14 @@ def _doctor(args: argparse.Namespace) -> int:
     from launcher.sources import source_warnings
 
     admitted.warnings.extend(source_warnings(admitted))
+    report = host_report(os.environ)
     if args.json:
-        print(json.dumps(admitted.to_json()))
+        print(json.dumps({**admitted.to_json(), "isolation": report}))
         return 0
     for warning in admitted.warnings:
         emit(warning, sys.stderr)
     print(summary(admitted))
+    print(report_line(report))
     return 0
 
 

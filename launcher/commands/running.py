@@ -58,6 +58,11 @@ def _register_run(subparsers: Any) -> None:
     run.add_argument("--rebuild", action="store_true",
                      help="with --roster: pack and install (replacing) every member whose "
                           "capsule source is in the project before admission, so edits run")
+    run.add_argument("--isolation", choices=("auto", "required", "off"), default=None,
+                     help="confine agent code (Landlock): auto (default; warn W-SEC-014 "
+                          "where the host offers less), required (refuse to start without "
+                          "it, E-RUN-055) or off (debugging only); also MURMUR_ISOLATION. "
+                          "A formation's members take the launcher's choice")
     run.add_argument("--json", action="store_true",
                      help="print the readiness / formation line as one JSON object")
     run.set_defaults(handler=_run)

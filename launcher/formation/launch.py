@@ -38,7 +38,7 @@ from gateway.tokens import FormationKey
 from launcher.channel import ChannelRefused, refuse_roster_inside_formation
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
 from launcher.durations import format_deadline, parse_deadline
-from launcher.env_names import DIAGNOSTICS_ENV, PEERS_ENV
+from launcher.env_names import DIAGNOSTICS_ENV, ISOLATION_ENV, PEERS_ENV
 from launcher.formation.members import LaunchedMember, close_quietly, start_member
 from launcher.formation.output import formation_line, render_table
 from launcher.formation.ready import (
@@ -52,6 +52,7 @@ from launcher.formation.ready import (
 )
 from launcher.hostcheck import host_diagnostics
 from launcher.ids import new_formation_id
+from launcher.isolation import isolation_diagnostics, isolation_mode
 from launcher.process import (
     PIPE,
     drain,
@@ -174,6 +175,10 @@ def main(args: argparse.Namespace) -> int:
     project = Path(args.project)
     if not project.is_dir():
         return _usage(f"--project {args.project} is not a directory")
+    try:
+        isolation = isolation_mode(getattr(args, "isolation", None), os.environ)
+    except ValueError as problem:
+        return _usage(str(problem))
     if args.task is not None:
         try:
             read_task(args.task)  # an empty or unreadable task starts no member
@@ -195,11 +200,19 @@ def main(args: argparse.Namespace) -> int:
     except DiagnosticError as refusal:
         _report(refusal.diagnostic)
         return 1
+    try:
+        isolation_warnings = isolation_diagnostics(isolation, os.environ)
+    except DiagnosticError as refusal:  # --isolation required on a host without it
+        _report(refusal.diagnostic)
+        return 1
     for warning in [*admitted.warnings, *source_warnings(admitted),
-                    *host_diagnostics(os.environ), *reach_warnings(admitted)]:
+                    *host_diagnostics(os.environ), *isolation_warnings,
+                    *reach_warnings(admitted)]:
         _report(warning)
+    # Members take the launcher's choice (and do not repeat its warning).
+    environ = {**os.environ, ISOLATION_ENV: isolation}
     launch = Launch(admitted, task=None if args.task is None else resolve_task(args.task),
-                    deadline=deadline, json_mode=bool(args.json), environ=dict(os.environ))
+                    deadline=deadline, json_mode=bool(args.json), environ=environ)
     try:
         return asyncio.run(launch.run())
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a user

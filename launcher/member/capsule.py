@@ -2,7 +2,7 @@
 sees, the multi-turn loop, and the harness that runs a ``command`` agent.
 
 * ``python: module:run`` is ``async def run(task) -> str | None``, called once per turn in
-  the member's own process with a :class:`TaskContext`.
+  the member's agent process (launcher/member/agent/) with a :class:`TaskContext`.
 * ``command: [argv...]`` runs once per task: the task text on stdin, ``MURMUR_TASK_ID``,
   ``MURMUR_FORMATION_PEERS`` and the forward proxy's variables in its environment, its
   stdout the result; a non-zero exit fails the task; CancelTask
@@ -69,6 +69,18 @@ class AgentEnvironment:
     max_turns: int = 8
     #: A ``command`` agent cancelled gets SIGTERM, then SIGKILL this many seconds later.
     terminate_grace: float = 5.0
+
+    def wire(self) -> dict[str, Any]:
+        """As the agent protocol's ``start`` carries it (launcher/member/agent/)."""
+        return {"member": self.member, "formation_id": self.formation_id,
+                "deadline": self.deadline.isoformat() if self.deadline else None,
+                "workdir": _text(self.workdir), "home": _text(self.home),
+                "tmp": _text(self.tmp), "env": dict(self.env), "max_turns": self.max_turns,
+                "terminate_grace": self.terminate_grace}
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 class MemberCallsLike(Protocol):

@@ -10,7 +10,8 @@
 * :func:`gate_config`: ``lifecycle`` with the ``--lifecycle-*`` overrides.
 * :func:`card_info`: what the agent card says.
 * :func:`agent_environment`: what every task is told (``task.env`` is
-  ``capabilities.env.allow`` plus ``MURMUR_FORMATION_PEERS``, never the runtime's own).
+  ``capabilities.env.allow`` plus ``MURMUR_FORMATION_PEERS``, never the runtime's own);
+  :func:`process_environment`: the agent process's own environment.
 * :class:`CallsSeam`: the formation proxy of this member and one ``MemberCalls`` per
   running task, writing a ``member_call`` trace record for each call.
 """
@@ -130,6 +131,20 @@ def task_env(manifest: Manifest, environ: Mapping[str, str],
            if name in environ and name != PEERS_ENV}
     env.update(peers_environ(tuple(callees)))
     return env
+
+
+#: What an agent process's own environment keeps of the runtime's: where programs are
+#: and how text is encoded (no secret lives there; everything else may).
+_PROCESS_BASICS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+
+
+def process_environment(environ: Mapping[str, str], env: Mapping[str, str], *,
+                        home: Path, tmp: Path) -> dict[str, str]:
+    """The agent process's ``os.environ``: the basics of ``environ``, ``task.env``, and
+    ``HOME``/``TMPDIR`` in the session (the forward proxy's variables are added by the
+    caller). Never the runtime's own environment, which may hold a declared credential."""
+    basics = {name: environ[name] for name in _PROCESS_BASICS if name in environ}
+    return {**basics, **env, "HOME": str(home), "TMPDIR": str(tmp)}
 
 
 def agent_environment(manifest: Manifest, *, place: FormationPlace, env: Mapping[str, str],

@@ -3,11 +3,15 @@
 :func:`main` does the refusals that come before anything is staged, in this order:
 
 1. the flags (:mod:`launcher.member.options`; usage errors exit 2);
-2. the formation environment (:mod:`launcher.member.place`): ``E-RUN-046`` for
+2. the agent process is forked (:mod:`launcher.member.agent_process`), before any
+   credential is read; then the formation environment (:mod:`launcher.member.place`):
+   ``E-RUN-046`` for
    ``MURMUR_FORMATION_PEERS`` in its own environment and for every case of the
    formation channel, whose first line is read here, within 10 s; ``W-RUN-007`` for a
    member started by hand;
-3. ``W-SEC-013`` for an unsafe host (unless the launcher already printed it);
+3. ``W-SEC-013`` for an unsafe host and ``W-SEC-014`` for agent code the host cannot
+   confine fully (unless the launcher already printed them), ``E-RUN-055`` for
+   ``--isolation required`` without it;
 4. the capsule: looked up in the project store then the global store (``E-REG-*``),
    ``--capsule-sha256`` compared with the installed bytes (``E-RUN-047``);
 5. ``--resume``: the session must be one of this work folder, not running, of this
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.redaction import redact
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.ids import new_session_id
+from launcher.member.agent_process import AgentChild, take_warm_fork
 from launcher.member.options import (
     MemberOptions,
     diagnostics_as_json,
@@ -61,11 +66,15 @@ def main(args: argparse.Namespace) -> int:
         return 2
     session_id = options.resume or new_session_id()
     launcher_pid = os.getppid()
+    # The agent process, forked while this process holds no credential and runs no
+    # event loop: it waits to be told what to run (launcher/member/agent_process.py).
+    agent = take_warm_fork()
     try:
         place = read_place(os.environ, session_id=session_id,
                            resume=options.resume is not None)
     except DiagnosticError as refusal:
         _report(refusal.diagnostic, json_mode)
+        agent.sock.close()
         return 1
     forget_descriptors(os.environ)
     try:
@@ -73,8 +82,9 @@ def main(args: argparse.Namespace) -> int:
     except DiagnosticError as refusal:
         _report(refusal.diagnostic, json_mode)
         close_place(place)
+        agent.sock.close()
         return 1
-    return _run(options, place, artifact, session_id, launcher_pid)
+    return _run(options, place, artifact, session_id, launcher_pid, agent)
 
 
 def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
@@ -82,11 +92,14 @@ def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
     """Warnings, then the installed artifact this member runs (refusals raise)."""
     from launcher.agent_check import missing_requirements, pip_install
     from launcher.hostcheck import host_diagnostics
+    from launcher.isolation import isolation_diagnostics
     from launcher.store import resolve
 
     for warning in place.warnings:
         _report(warning, json_mode)
     for warning in host_diagnostics(os.environ):
+        _report(warning, json_mode)
+    for warning in isolation_diagnostics(options.isolation, os.environ):
         _report(warning, json_mode)
     artifact = resolve(options.project, options.capsule, options.version)
     if options.sha256 is not None and artifact.sha256 != options.sha256:
@@ -138,7 +151,7 @@ def _check_resumable(options: MemberOptions, session_id: str) -> None:
 
 
 def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_id: str,
-         launcher_pid: int) -> int:
+         launcher_pid: int, agent: AgentChild) -> int:
     from launcher.member.session import MemberSession, SessionPlan
 
     try:
@@ -149,6 +162,7 @@ def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_i
                                   fix="run mur from a directory that exists"),
                 options.diagnostics_json)
         close_place(place)
+        agent.sock.close()
         return 1
     _quiet_logging()
     out = ProtocolOut()
@@ -156,7 +170,8 @@ def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_i
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     plan = SessionPlan(options=options, artifact=artifact, place=place,
                        session_id=session_id, workdir=workdir, environ=dict(os.environ),
-                       launcher_pid=launcher_pid, lifeline_grace=lifeline_grace(os.environ))
+                       launcher_pid=launcher_pid, lifeline_grace=lifeline_grace(os.environ),
+                       agent_child=agent)
     try:
         outcome, clean = _run_loop(MemberSession(plan, out))
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a user
@@ -241,6 +256,7 @@ class _OneLineFormatter(logging.Formatter):
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
         kind, value = ei[0], ei[1]
         name = kind.__name__ if kind is not None else "Exception"
+        name = getattr(value, "agent_type", "") or name  # agent code's own exception
         return f"  {name}: {value}" if str(value) else f"  {name}"
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from gateway.redaction import redact
 
@@ -19,6 +20,11 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 class _RedactingFormatter(logging.Formatter):
     """The whole entry, traceback included, tokens redacted. The traceback is formatted
     afresh: the stderr handler caches its one-line form on the record first."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        # Agent code runs in the agent process: its own traceback came over the wire.
+        agent_traceback = getattr(ei[1], "agent_traceback", "")
+        return str(agent_traceback) if agent_traceback else super().formatException(ei)
 
     def format(self, record: logging.LogRecord) -> str:
         cached = record.exc_text

@@ -19,6 +19,7 @@ from typing import Literal
 from launcher import durations
 from launcher.env_names import DIAGNOSTICS_ENV, WORKDIR_ENV
 from launcher.ids import is_session_id
+from launcher.isolation import isolation_mode
 from launcher.run_flags import UsageError, read_task
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -49,6 +50,8 @@ class MemberOptions:
     after_task: Literal["exit", "sleep"] | None
     resume: str | None
     json: bool
+    #: ``auto``, ``required`` or ``off`` (``--isolation``, else ``MURMUR_ISOLATION``).
+    isolation: str = "auto"
 
     @property
     def diagnostics_json(self) -> bool:
@@ -98,7 +101,12 @@ def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> Me
     if resume is not None and not is_session_id(resume):
         raise UsageError(f"--resume `{resume[:40]}` is not a session id (ses_ followed by "
                          "32 lowercase hex digits); `mur ps` and `mur trace show` name them")
+    try:
+        isolation = isolation_mode(getattr(args, "isolation", None), os.environ)
+    except ValueError as problem:
+        raise UsageError(str(problem)) from None
     return MemberOptions(
+        isolation=isolation,
         capsule=capsule,
         version=version,
         sha256=sha256,

@@ -41,7 +41,9 @@ from gateway.trace_bus import TraceBus, TraceRecord
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.errors import LauncherError
-from launcher.member.capsule import CapsuleError, load_agent
+from launcher.isolation import OFF
+from launcher.landlock import host_support
+from launcher.member.agent_process import AgentChild, AgentProcess, AgentStartFailed
 from launcher.member.door import (
     CallsSeam,
     agent_environment,
@@ -49,6 +51,7 @@ from launcher.member.door import (
     card_info,
     gate_config,
     idle_timeout,
+    process_environment,
     task_env,
 )
 from launcher.member.member_log import close_member_log, open_member_log
@@ -66,6 +69,7 @@ from launcher.member.outcome import (
     result_text,
 )
 from launcher.member.place import FormationPlace, close_place
+from launcher.member.proxy_slot import ProxySlot
 from launcher.member.server import DoorServer
 from launcher.member.shutdown import ExitFn, ProtocolOut, SignalGuard, Watchdog, hard_exit
 from launcher.process import (
@@ -91,6 +95,7 @@ from launcher.trace import TraceWriter, timestamp
 
 if TYPE_CHECKING:  # imported when a member needs them: httpx and aiohttp cost a start CPU
     from gateway.forward_proxy import ForwardProxy
+    from launcher.member.confinement import AgentPlan
     from launcher.member.upstream import Upstream
 
 #: How long the wind-down waits for agent code to stop after it was cancelled.
@@ -124,6 +129,9 @@ class SessionPlan:
     exit_fn: ExitFn = hard_exit
     #: Tests: where diagnostics go (stderr by default).
     diagnostics: Any = None
+    #: The agent process ``main`` forked before reading any credential (None: a fresh
+    #: interpreter is started instead).
+    agent_child: AgentChild | None = None
 
 
 class StartFailed(LauncherError):
@@ -168,7 +176,8 @@ class MemberSession:
         self._server_task: asyncio.Task[None] | None = None
         self._directory: DoorDirectory | None = None
         self._seam: CallsSeam | None = None
-        self._forward: ForwardProxy | None = None
+        self._proxy: ProxySlot | None = None
+        self._agent: AgentProcess | None = None
         self._upstream: Upstream | None = None
         self._live: dict[str, str] = {}
         #: The trust class of each task the member holds (for the forward proxy).
@@ -346,9 +355,7 @@ class MemberSession:
                 return
             self.door = door
         else:
-            if self.manifest.agent.command is not None:
-                await self._start_forward_proxy()
-            agent = self._load_agent(records)
+            agent = await self._start_agent(records)
             if self.ending is not None:
                 return
             self.door = self._build_door(agent, records)
@@ -397,16 +404,21 @@ class MemberSession:
                          trace=self.bus, deadline=self.options.deadline,
                          capsule=self.options.capsule)
 
-    async def _start_forward_proxy(self) -> ForwardProxy:
-        """The forward proxy every agent in a process of its own reaches the formation
-        and the network through (docs/proxy.md, "The forward proxy")."""
+    def _reserve_proxy(self) -> ProxySlot:
+        """The forward proxy every agent process reaches the formation and the network
+        through (docs/proxy.md, "The forward proxy"): its port now, the proxy itself on
+        its first connection."""
+        slot = ProxySlot()
+        self._proxy = slot
+        slot.serve_when_reached(self._build_forward_proxy)
+        return slot
+
+    def _build_forward_proxy(self, secret: str) -> ForwardProxy:
         from gateway.forward_proxy import ForwardProxy
 
         assert self._seam is not None
-        proxy = ForwardProxy(self._seam.transport, trust=self._live_trust)
-        await proxy.start()
-        self._forward = proxy
-        return proxy
+        return ForwardProxy(self._seam.transport, trust=self._live_trust, secret=secret,
+                            task_trust=self._trusts.get)
 
     def _live_trust(self) -> str:
         """``trusted`` only while the member holds tasks and every one is trusted: the
@@ -416,26 +428,62 @@ class MemberSession:
             return "trusted"
         return "untrusted"
 
-    def _load_agent(self, records: SessionRecords) -> Any:
+    def _confinement(self, records: SessionRecords, proxy_port: int,
+                     bind_ports: tuple[int, ...] = ()) -> AgentPlan | None:
+        """What agent code may touch (docs/isolation.md); None with ``--isolation off``
+        or a kernel without Landlock (``auto`` warned of it; ``required`` refused)."""
+        if self.options.isolation == OFF or not host_support().files:
+            return None
+        from launcher.member.confinement import agent_plan
+        from launcher.paths import murmur_home
+
+        return agent_plan(home=murmur_home(), capsule_dir=records.dir / "capsule",
+                          session_dirs=(records.home, records.tmp, records.out),
+                          workdir=records.workdir, proxy_port=proxy_port,
+                          bind_ports=bind_ports)
+
+    async def _start_agent(self, records: SessionRecords) -> Any:
+        """Start the agent process (the warm fork ``main`` took, else a new one), tell
+        it what to run and how it is confined; the door's AgentFn."""
         manifest = self.manifest
+        slot = self._reserve_proxy()
         env = task_env(manifest, self.plan.environ, self.place.callees)
-        if self._forward is not None:  # a command agent: the proxy's variables too
-            env = self._forward.environment(env)
+        python = manifest.agent.python is not None
         environment = agent_environment(
-            manifest, place=self.place, env=env, deadline=self.options.deadline,
-            workdir=records.workdir, home=records.home, tmp=records.tmp)
-        calls_factory = None
-        if manifest.agent.python is not None:
-            assert self._seam is not None
-            calls_factory = self._seam.calls_for
+            manifest, place=self.place, env=env if python else slot.environment(env),
+            deadline=self.options.deadline, workdir=records.workdir, home=records.home,
+            tmp=records.tmp)
+        confinement = self._confinement(records, slot.port)
+        start = {
+            "agent": {"python": manifest.agent.python} if python
+            else {"command": list(manifest.agent.command or ())},
+            "capsule_dir": str(records.dir / "capsule"),
+            "environment": environment.wire(),
+            "process_env": slot.environment(process_environment(
+                self.plan.environ, env, home=records.home, tmp=records.tmp)),
+            "proxy_url": slot.url, "peers": list(self.place.callees),
+            "workdir": str(records.workdir),
+            # The ABI this runtime found (a test may have lowered it): the agent process
+            # confines itself with no more than that.
+            "confine": {**confinement.wire(), "abi": host_support().abi}
+            if confinement is not None else None,
+        }
+        assert self._seam is not None
+        process = AgentProcess(
+            start, python=python, max_turns=manifest.inference.max_turns, trace=self.bus,
+            calls_factory=self._seam.calls_for if python and self.place.callees else None)
+        self._agent = process
+        child, self.plan.agent_child = self.plan.agent_child, None
         try:
-            return load_agent(records.dir / "capsule", python=manifest.agent.python,
-                              command=manifest.agent.command, environment=environment,
-                              calls_factory=calls_factory)
-        except CapsuleError as exc:
+            confined = await process.start(child)
+        except AgentStartFailed as exc:
             raise StartFailed(member_diagnostic(
                 CAPSULE_NOT_RUNNABLE, "agent", capsule=self.options.capsule,
                 version=self.options.version, problem=str(exc))) from None
+        self.bus.emit("agent_process_started", pid=process.pid,
+                      isolation=self.options.isolation, **confined,
+                      withheld=list(confinement.withheld) if confinement else [])
+        return process.agent_fn()
 
     async def _start_gateway(self, records: SessionRecords) -> Door | None:
         """Start (or reach) the upstream, wait for its card, and build the relay door;
@@ -457,11 +505,15 @@ class MemberSession:
                             capsule=self.options.capsule, version=self.options.version)
         upstream = Upstream.prepare(spec, allowed)
         self._upstream = upstream
-        proxy = await self._start_forward_proxy()
-        env = proxy.environment(upstream_environment(
+        self._release_warm_child()
+        slot = self._reserve_proxy()
+        env = slot.environment(upstream_environment(
             allowed, port=upstream.port, callees=self.place.callees, home=records.home,
             tmp=records.tmp))
-        await upstream.start(env)
+        confinement = None
+        if upstream.port is not None:
+            confinement = self._confinement(records, slot.port, (upstream.port,))
+        await upstream.start(env, confinement=confinement)
         waiting = asyncio.create_task(upstream.wait_for_card(self._ready_seconds(READY_SECONDS)),
                                       name="murmur-upstream-card")
         ended = asyncio.create_task(self._ended.wait())
@@ -758,8 +810,11 @@ class MemberSession:
                 await _bounded(self.door.aclose(), 2.0)
             if self._upstream is not None:
                 await _bounded(self._upstream.stop(), UPSTREAM_STOP_SECONDS)
-            if self._forward is not None:
-                await _bounded(self._forward.close(), 2.0)
+            if self._agent is not None:
+                await _bounded(self._agent.close(), 10.0)
+            self._release_warm_child()
+            if self._proxy is not None:
+                await _bounded(self._proxy.close(), 2.0)
             if self._seam is not None:
                 await _bounded(self._seam.aclose(), 2.0)
             if self._directory is not None:
@@ -771,7 +826,17 @@ class MemberSession:
                 self.writer.close()
             self._close_log()
 
+    def _release_warm_child(self) -> None:
+        """A warm agent process nobody will use (a gateway member, a failed start)
+        ends when its socketpair closes."""
+        child, self.plan.agent_child = self.plan.agent_child, None
+        if child is not None:
+            child.sock.close()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child.pid, 0)
+
     def _close_early(self) -> None:
+        self._release_warm_child()
         if self._socket is not None:
             self._socket.close()
         remove_running(self.plan.session_id)

@@ -26,11 +26,12 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.egress import peers_environ
 from gateway.protocol import HTTP_JSON_BINDING, PEERS_ENV
@@ -49,6 +50,9 @@ from launcher.member.outcome import (
     UPSTREAM_NOT_READY,
     member_diagnostic,
 )
+
+if TYPE_CHECKING:
+    from launcher.member.confinement import AgentPlan
 
 #: How long an upstream may take to serve its card (the launcher waits 180 s for a
 #: member's readiness line; this leaves the rest for the door).
@@ -132,23 +136,32 @@ class Upstream:
     def card_url(self) -> str:
         return self.spec.agent.card_url(self.base_url if self.port is not None else None)
 
-    async def start(self, env: Mapping[str, str]) -> None:
-        """Start a ``command`` upstream (a ``url`` one already runs)."""
+    async def start(self, env: Mapping[str, str], *,
+                    confinement: AgentPlan | None = None) -> None:
+        """Start a ``command`` upstream (a ``url`` one already runs), confined as
+        ``confinement`` says (Landlock and no capability, applied between its fork and
+        its exec: the ruleset is built here, the child only applies it)."""
         agent = self.spec.agent
         if agent.command is None or self.port is None:
             return
         argv = agent.command_for(self.port)
         argv[0] = _program(argv[0], env)
+        ruleset = _ruleset(confinement)
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *argv, cwd=self.spec.capsule_dir, env=dict(env), start_new_session=True,
                 stdin=asyncio.subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                stderr=sys.stderr.fileno())
-        except OSError as exc:
+                stderr=sys.stderr.fileno(),
+                preexec_fn=None if confinement is None else _confine_child(ruleset))
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = getattr(exc, "strerror", None) or exc
             raise DiagnosticError(_not_ready(
-                self.spec, f"`agent.a2a.command` cannot be started: {exc.strerror or exc}",
+                self.spec, f"`agent.a2a.command` cannot be started: {why}",
                 "correct `agent.a2a.command` (its program must exist and be executable)"
             )) from None
+        finally:
+            if ruleset is not None:
+                os.close(ruleset)
 
     async def wait_for_card(self, seconds: float = READY_SECONDS) -> UpstreamClient:
         """Read the card until it answers; the client for its JSON-RPC interface."""
@@ -250,3 +263,29 @@ def exit_text(process: asyncio.subprocess.Process) -> str:
 def _signal_group(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signum)
+
+
+def _ruleset(confinement: AgentPlan | None) -> int | None:
+    """The Landlock ruleset of ``confinement``, when the kernel offers Landlock."""
+    if confinement is None:
+        return None
+    from launcher.landlock import Confinement, build_ruleset, host_support
+
+    support = host_support()
+    if not support.files:
+        return None
+    return build_ruleset(Confinement(read=confinement.read, write=confinement.write,
+                                     connect_ports=confinement.connect,
+                                     bind_ports=confinement.bind), support)
+
+
+def _confine_child(ruleset: int | None) -> Callable[[], None]:
+    from launcher.landlock import restrict_self
+    from launcher.privileges import drop_all_capabilities
+
+    def confine() -> None:  # in the child, between fork and exec
+        if ruleset is not None:
+            restrict_self(ruleset)
+        drop_all_capabilities()
+
+    return confine

@@ -34,7 +34,7 @@ def test_a_call_refused_busy_until_the_deadline_fails_clearly_and_nothing_keeps_
         MemberSpec("a", peer_tasks=False),
         MemberSpec("b", lifecycle="concurrency: 1\nqueue_depth: 0", allow=())],
         entry="a", reachability={"a": ["b"]})
-    outcome = tmp_path / "outcome.json"
+    outcome = project / "outcome.json"  # a's work folder: agent code may write there
     task = plan({"op": "calls", "to": "b", "record": str(outcome), "texts": [
         plan({"op": "sleep", "seconds": 60}), plan(who())]})
     started = time.monotonic()

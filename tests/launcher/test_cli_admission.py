@@ -68,8 +68,11 @@ def test_mur_new_roster_then_doctor_admits_it_as_written(
         assert (demo / path).is_file()
     status, out, err = mur(capsys, "doctor", "--project", str(demo))
     assert (status, err) == (0, "")
-    assert out == (f"admitted {demo.resolve() / 'roster.yaml'}: 2 members (entry planner), "
-                   "1 edge: planner -> worker\n")
+    first, isolation = out.splitlines()
+    assert first == (f"admitted {demo.resolve() / 'roster.yaml'}: 2 members (entry planner), "
+                     "1 edge: planner -> worker")
+    assert isolation.startswith("isolation: Landlock ABI ") or isolation.startswith(
+        "isolation: no Landlock")
 
 
 def test_doctor_json_reports_members_edges_and_hashes(
@@ -89,6 +92,9 @@ def test_doctor_json_reports_members_edges_and_hashes(
         ("worker", "local/worker", "0.1.0", False, [])]
     worker = resolve(demo, "local/worker", "0.1.0")
     assert report["members"][1]["sha256"] == worker.sha256
+    assert set(report["isolation"]) == {"mode", "landlock_abi", "files", "tcp", "scoped",
+                                        "missing", "offered"}
+    assert report["isolation"]["mode"] == "auto"
 
 
 def test_the_written_roster_declares_what_admission_and_the_launch_need(

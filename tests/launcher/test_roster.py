@@ -143,7 +143,7 @@ def test_w_ros_001_names_the_member_and_the_queue_depth_that_holds_every_caller(
     status, out, err = doctor(project, capsys)
     assert status == 0
     assert err.startswith("warning W-ROS-001: ")
-    assert out.startswith("admitted ") and out.count("\n") == 1
+    assert out.startswith("admitted ") and out.count("\n") == 2  # and the isolation line
     status, out, _ = doctor(project, capsys, "--json")
     report = json.loads(out)
     assert (status, report["admitted"]) == (0, True)

@@ -79,7 +79,16 @@ async def run(task):
     return f"echo: {text}"
 '''
 
-FDS_COMMAND = "import os; print(' '.join(sorted(os.listdir('/proc/self/fd'), key=int)))"
+# /proc/self is closed to agent code (docs/isolation.md): each descriptor is tried.
+FDS_COMMAND = """import os
+def open_fd(fd):
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+print(' '.join(str(fd) for fd in range(1024) if open_fd(fd)))
+"""
 
 
 def write_capsule(directory: Path, name: str, *, authentication: str | None = "{}",
