@@ -19,20 +19,11 @@ import pytest
 
 from launcher.process import pid_alive, process_start_time
 from tests.support import member as support
+from tests.support.member import FDS_COMMAND as FDS
 from tests.support.member import Channel, Member, Project, wait_for
 
 pytestmark = pytest.mark.integration
 
-# /proc/self is closed to agent code (docs/isolation.md): each descriptor is tried.
-FDS = """import os
-def open_fd(fd):
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
-print(' '.join(str(fd) for fd in range(1024) if open_fd(fd)))
-"""
 
 
 @pytest.fixture
