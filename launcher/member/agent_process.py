@@ -136,10 +136,15 @@ def spawn_agent() -> AgentChild:
     parent_end, child_end = socket.socketpair()
     output, output_end = os.pipe()
     try:
+        # -I: no current directory (nor script folder) on sys.path, no PYTHON* variable,
+        # no user site; cwd "/": a module an agent planted in a folder it may write (its
+        # work folder is often the runtime's current directory) is never imported by
+        # the new, not yet confined, interpreter.
         popen = subprocess.Popen(
-            [sys.executable, "-m", "launcher.member.agent", str(child_end.fileno())],
+            [sys.executable, "-I", "-X", "utf8", "-m", "launcher.member.agent",
+             str(child_end.fileno())], cwd="/",
             pass_fds=(child_end.fileno(),), stdin=subprocess.DEVNULL, stdout=output_end,
-            stderr=output_end, env={"PYTHONUTF8": "1"}, close_fds=True)
+            stderr=output_end, env={}, close_fds=True)
     except BaseException:
         parent_end.close()
         os.close(output)

@@ -145,3 +145,36 @@ def test_a_killed_agent_process_fails_its_task_and_the_member_goes_on(
         "messageId": "m3", "role": "ROLE_USER", "parts": [{"text": "pid"}]}})
     assert int(again["result"]["task"]["artifacts"][0]["parts"][0]["text"]) != agent_pid
     assert "agent_process_ended" in member.events()
+
+
+PLANTER = '''
+import os
+
+PLANTED = """
+import pathlib
+pathlib.Path({marker!r}).write_text("ran unconfined")
+raise SystemExit("planted")
+"""
+
+async def run(task):
+    if task.text.startswith("plant "):
+        for name in ("socket.py", "ctypes.py", "traceback.py", "launcher.py"):
+            (task.workdir / name).write_text(PLANTED.format(marker=task.text[6:]))
+        os._exit(3)
+    return f"clean in {os.getpid()}"
+'''
+
+
+def test_a_module_planted_in_the_work_folder_never_runs_in_a_restarted_agent_process(
+        project: Project, tmp_path: Path) -> None:
+    marker = tmp_path / "ESCAPED"
+    project.capsule("planter", agent=PLANTER)
+    member = project.run("planter", cwd=project.path)  # the work folder is the cwd
+    planted = member.rpc("SendMessage", {"message": {
+        "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": f"plant {marker}"}]}})
+    assert planted["result"]["task"]["status"]["state"] == "TASK_STATE_FAILED"
+    assert (project.path / "socket.py").exists()
+    again = member.rpc("SendMessage", {"message": {
+        "messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "hello"}]}})
+    assert again["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+    assert not marker.exists()
