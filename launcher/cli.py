@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``mur`` with ``argv`` (the process's own arguments when None: ``mur`` as a
     program, which then ends with :func:`_leave_to_the_os`)."""
+    if argv is None:  # mur as a program (in-process callers keep their own sys.path)
+        _no_imports_from_the_working_directory()
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
@@ -67,6 +69,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if argv is None:
             _leave_to_the_os()
+
+
+def _no_imports_from_the_working_directory() -> None:
+    """Take the current directory off ``sys.path`` (``python -m`` puts it first).
+
+    mur imports much of what it uses when first needed (httpx when a member first sends
+    a request, aiohttp when it first calls a member), and its current directory is
+    usually a project folder, which an entry member's agent may write: a module planted
+    there (``httpx.py``) would otherwise run in the launcher or a member runtime, beside
+    the signing key and the tokens. Both of mur's packages are imported first, so a
+    source checkout run as ``python -m launcher.cli`` from its own folder keeps working.
+    """
+    import gateway  # noqa: F401 - found while the directory is still on the path
+
+    try:
+        here = os.getcwd()
+    except OSError:  # a directory that is gone: nothing can be imported from it either
+        here = ""
+    sys.path[:] = [entry for entry in sys.path
+                   if entry not in ("", ".") and os.path.realpath(entry) != here]
 
 
 def _discard_stdout() -> None:

@@ -178,3 +178,36 @@ def test_a_module_planted_in_the_work_folder_never_runs_in_a_restarted_agent_pro
         "messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "hello"}]}})
     assert again["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
     assert not marker.exists()
+
+
+SHADOWER = '''
+import os, urllib.request
+
+PLANTED = """
+import pathlib
+pathlib.Path({marker!r}).write_text("ran in the runtime")
+raise ImportError("planted")
+"""
+
+async def run(task):
+    marker = task.text
+    for name in ("httpx.py", "aiohttp.py", "h11.py", "anyio.py"):
+        (task.workdir / name).write_text(PLANTED.format(marker=marker))
+    try:  # reach the forward proxy: the runtime builds it, importing what it needs
+        urllib.request.urlopen("http://nowhere.invalid/", timeout=5).read()
+    except Exception as exc:
+        return f"asked: {type(exc).__name__}"
+    return "asked"
+'''
+
+
+def test_a_module_planted_in_the_working_directory_never_shadows_one_the_runtime_imports(
+        project: Project, tmp_path: Path) -> None:
+    marker = tmp_path / "SHADOWED"
+    project.capsule("shadower", agent=SHADOWER)
+    member = project.run("shadower", cwd=project.path)
+    answer = member.rpc("SendMessage", {"message": {
+        "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": str(marker)}]}})
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    assert (project.path / "httpx.py").exists()
+    assert not marker.exists()
