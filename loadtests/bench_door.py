@@ -6,12 +6,23 @@ JSON-RPC (``POST /``) on all three, and HTTP+JSON (``GET /tasks/{id}``, ``POST
 server (``create_rest_routes``, the same handler and agent): rows ``door+auth REST`` and
 ``a2a-sdk REST``, and the ratios door REST / door JSON-RPC and door REST / a2a-sdk REST.
 
+Then the agent process (launcher/member/agent_process.py): a trivial python agent
+(``async def run(task): return "ok"``) served by the door (no DoorAuth) through an
+``AgentProcess`` (a fresh interpreter on a socketpair, as a member runtime runs its
+agent code), without Landlock (``agent process``) and confined with the plan a member
+gives it (``agent process+landlock``), against the same door with an in-process AgentFn
+(``in-process agent``): SendMessage (blocking, JSON-RPC) at concurrency 1 (the latency
+one task adds: p50 and p99, and the p50 and p99 difference, goal within 1 ms) and at
+``--concurrency`` (throughput, and its ratio to the in-process agent's). Server CPU per
+request there counts the agent process's CPU too.
+
 Each server runs under uvicorn in a process of its own on 127.0.0.1:0 (its port read
 from its first stdout line); the load comes from another process: ``wrk`` is not used
 (not installed here), a bounded asyncio generator with keep-alive connections and a
 minimal HTTP/1.1 reader is. Every phase is bounded in time and in request count
-(``--max-requests``); the whole run takes about two and a half minutes (3 rounds of 3 s
-per row and method). Results: ``loadtests/results/bench_door.json`` and ``.md``.
+(``--max-requests``); the whole run takes about four minutes (3 rounds of 3 s per row
+and method, then 3 rounds of 3 s per agent row and concurrency). Results:
+``loadtests/results/bench_door.json`` and ``.md``.
 
     .venv/bin/python loadtests/bench_door.py [--duration 3] [--rounds 3] [--concurrency 16]
 """
@@ -33,6 +44,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "loadtests" / "results"
 SERVERS = ("door+auth", "door", "a2a-sdk", "a2a-sdk-rest")  # one process each
+#: The agent process section: a door without DoorAuth whose trivial python agent runs
+#: in-process, in an agent process, or in a confined one (one server process each).
+AGENT_SERVERS = ("agent-fn", "agent-process", "agent-process-landlock")
+AGENT_ROWS: dict[str, str] = {
+    "in-process agent": "agent-fn",
+    "agent process": "agent-process",
+    "agent process+landlock": "agent-process-landlock",
+}
+#: The latency section's concurrency (the throughput one is ``--concurrency``).
+LATENCY_CONCURRENCY = 1
+BENCH_AGENT = "async def run(task):\n    return \"ok\"\n"
 BINDINGS = ("jsonrpc", "rest")
 #: Each row of the results: its server process and the binding the load speaks. The door
 #: serves both bindings from one process; a2a-sdk's JSON-RPC and REST apps are separate.
@@ -57,8 +79,9 @@ MAX_REQUESTS = 200_000  # per phase, warm-up included: far above what 4 s reach 
 # --- the servers (run in their own process) ------------------------------------------
 
 
-def door_app(with_auth: bool) -> tuple[Any, str | None]:
-    """The door with a trivial agent; with DoorAuth, a formation door and a caller token."""
+def door_app(with_auth: bool, agent: Any = None) -> tuple[Any, str | None]:
+    """The door with a trivial agent (``agent``, else an in-process one); with DoorAuth,
+    a formation door and a caller token."""
     from gateway.agent_card import CardInfo
     from gateway.auth import AuthPolicy
     from gateway.door import DoorSettings, build_door
@@ -68,6 +91,7 @@ def door_app(with_auth: bool) -> tuple[Any, str | None]:
     async def trivial(run: TaskRun) -> str:
         return "ok"
 
+    trivial = agent if agent is not None else trivial
     settings = DoorSettings(
         card=CardInfo(name="bench", description="benchmark", version="1"),
         gate=GateConfig(concurrency=64, queue_depth=1024), max_finished_tasks=20_000)
@@ -135,26 +159,75 @@ def sdk_app(rest: bool = False) -> Any:
     return Starlette(routes=[*create_agent_card_routes(card), *routes])
 
 
+def agent_process(root: Path, confined: bool) -> Any:
+    """An AgentProcess running ``bench_agent:run`` (a fresh interpreter, as a member's
+    restart spawns), with a member's Landlock plan when ``confined``; not yet started."""
+    from gateway.trace_bus import TraceBus
+    from launcher.landlock import host_support
+    from launcher.member.agent_process import AgentProcess
+
+    capsule = root / "capsule"
+    capsule.mkdir()
+    (capsule / "bench_agent.py").write_text(BENCH_AGENT)
+    dirs = {name: root / name for name in ("home", "tmp", "out", "work")}
+    for path in dirs.values():
+        path.mkdir()
+    confine = None
+    if confined:
+        from launcher.member.confinement import agent_plan
+        from launcher.paths import murmur_home
+
+        plan = agent_plan(home=murmur_home(), capsule_dir=capsule,
+                          session_dirs=(dirs["home"], dirs["tmp"], dirs["out"]),
+                          workdir=dirs["work"], proxy_port=9)  # nothing listens: unused
+        confine = {**plan.wire(), "abi": host_support().abi}
+    start: dict[str, Any] = {"agent": {"python": "bench_agent:run"}, "capsule_dir": str(capsule),
+             "environment": {"env": {}, "max_turns": 8}, "process_env": {},
+             "proxy_url": None, "peers": [], "workdir": str(dirs["work"]),
+             "confine": confine}
+    return AgentProcess(start, python=True, max_turns=8, calls_factory=None,
+                        trace=TraceBus())
+
+
 def serve(kind: str) -> None:
     import logging
     import socket
+    import tempfile
 
     import uvicorn
+    import uvloop
 
     logging.disable(logging.WARNING)  # the SDK logs every request at INFO/WARNING
-    token: str | None = None
-    if kind in ("a2a-sdk", "a2a-sdk-rest"):
-        app = sdk_app(rest=kind == "a2a-sdk-rest")
-    else:
-        app, token = door_app(with_auth=kind == "door+auth")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    print(f"PORT {sock.getsockname()[1]}", flush=True)
-    print(f"TOKEN {token or ''}", flush=True)  # on our own pipe, read by the parent only
-    config = uvicorn.Config(app, log_level="error", access_log=False, loop="uvloop",
-                            http="httptools", lifespan="off")
-    uvicorn.Server(config).run(sockets=[sock])
+
+    async def main() -> None:
+        token: str | None = None
+        process: Any = None
+        info: dict[str, Any] = {}
+        if kind in ("a2a-sdk", "a2a-sdk-rest"):
+            app = sdk_app(rest=kind == "a2a-sdk-rest")
+        elif kind in ("agent-process", "agent-process-landlock"):
+            process = agent_process(Path(temp), confined=kind == "agent-process-landlock")
+            info["confined"] = await process.start()
+            info["agent_pid"] = process.pid
+            app, token = door_app(with_auth=False, agent=process.agent_fn())
+        else:
+            app, token = door_app(with_auth=kind == "door+auth")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        print(f"PORT {sock.getsockname()[1]}", flush=True)
+        print(f"TOKEN {token or ''}", flush=True)  # on our own pipe, read by the parent only
+        print(f"INFO {json.dumps(info)}", flush=True)
+        config = uvicorn.Config(app, log_level="error", access_log=False, loop="none",
+                                http="httptools", lifespan="off")
+        try:
+            await uvicorn.Server(config).serve(sockets=[sock])
+        finally:
+            if process is not None:
+                await process.close()
+
+    with tempfile.TemporaryDirectory(prefix="bench-door-") as temp:
+        uvloop.run(main())
 
 
 # --- the load generator (runs in its own process) ------------------------------------
@@ -290,34 +363,59 @@ def run_load(args: argparse.Namespace) -> None:
 # --- the orchestrator ----------------------------------------------------------------
 
 
-def start_server(kind: str) -> tuple[subprocess.Popen[str], int, str]:
+def start_server(kind: str, info: dict[str, Any] | None = None
+                 ) -> tuple[subprocess.Popen[str], int, str]:
+    """A server process; ``info`` receives what it reported besides its port and token
+    (an agent process's pid and confinement)."""
     process = subprocess.Popen([sys.executable, __file__, "--serve", kind], cwd=ROOT,
                                stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     port_line = process.stdout.readline().split()
     token_line = process.stdout.readline().rstrip("\n").split(" ", 1)
+    info_line = process.stdout.readline().rstrip("\n").split(" ", 1)
     if len(port_line) != 2 or port_line[0] != "PORT":
         process.kill()
         raise SystemExit(f"server {kind} did not report its port")
     token = token_line[1] if len(token_line) == 2 else ""
+    if info is not None and len(info_line) == 2 and info_line[0] == "INFO":
+        info.update(json.loads(info_line[1]))
     return process, int(port_line[1]), token
 
 
 def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of process ``pid`` so far."""
+    """User plus system CPU time of process ``pid`` so far, its children's (an agent
+    process) included."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(child) for child in children(pid))
+
+
+def children(pid: int) -> list[int]:
+    """The live children of ``pid`` (those of every one of its threads)."""
+    found: set[int] = set()
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for thread in threads:
+        try:
+            found.update(int(child) for child in
+                         Path(f"/proc/{pid}/task/{thread}/children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return sorted(found)
 
 
 def measure(kind: str, pid: int, port: int, token: str, method: str, binding: str,
-            args: argparse.Namespace) -> dict[str, Any]:
+            args: argparse.Namespace, concurrency: int | None = None) -> dict[str, Any]:
     """One phase. Besides wall-clock rates, the server's own CPU time per request: on a
     machine that other work shares, it moves far less than requests/s do."""
+    concurrency = concurrency if concurrency is not None else args.concurrency
     cpu_before = cpu_seconds(pid)
     completed = subprocess.run(
         [sys.executable, __file__, "--load", "--port", str(port), "--method", method,
          "--binding", binding, "--duration", str(args.duration),
-         "--concurrency", str(args.concurrency), "--max-requests", str(args.max_requests)],
+         "--concurrency", str(concurrency), "--max-requests", str(args.max_requests)],
         cwd=ROOT, input=token + "\n", capture_output=True, text=True,
         timeout=args.duration + WARMUP_SECONDS + 60, check=False)
     if completed.returncode != 0:
@@ -327,6 +425,7 @@ def measure(kind: str, pid: int, port: int, token: str, method: str, binding: st
     result["server_cpu_us_per_request"] = round(cpu_us, 1)
     result["cpu_bound_rps_per_core"] = round(1e6 / cpu_us, 1) if cpu_us else None
     result["binding"] = "HTTP+JSON" if binding == "rest" else "JSON-RPC"
+    result["concurrency"] = concurrency
     return result
 
 
@@ -364,6 +463,103 @@ def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float
     for name, value in ratios.items():
         goal = next((g for prefix, g in goals.items() if name.startswith(prefix)), "")
         lines.append(f"| {name} | {value} | {goal} |")
+    return "\n".join(lines) + "\n"
+
+
+def agent_section(args: argparse.Namespace) -> dict[str, Any]:
+    """The agent process rows: their own servers (the first section's are gone by now),
+    interleaved as the first section's are, SendMessage over JSON-RPC at concurrency 1
+    then ``--concurrency`` each round; each row the round with the median rate, each
+    comparison the median over the rounds of its value within a round."""
+    servers: dict[str, tuple[subprocess.Popen[str], int, str]] = {}
+    infos: dict[str, dict[str, Any]] = {kind: {} for kind in AGENT_SERVERS}
+    levels = (LATENCY_CONCURRENCY, args.concurrency)
+    rounds: dict[str, dict[int, list[dict[str, Any]]]] = {
+        row: {level: [] for level in levels} for row in AGENT_ROWS}
+    try:
+        for kind in AGENT_SERVERS:
+            servers[kind] = start_server(kind, infos[kind])
+            wait_ready(servers[kind][1])
+        order = list(AGENT_ROWS.items())
+        for number in range(args.rounds):
+            for level in levels:
+                for name, kind in order[::-1] if number % 2 else order:
+                    process, port, token = servers[kind]
+                    row = measure(kind, process.pid, port, token, "SendMessage", "jsonrpc",
+                                  args, concurrency=level)
+                    rounds[name][level].append(row)
+                    print(f"round {number + 1}: {name:22} c{level:<3} {row['rps']:>9} req/s  "
+                          f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
+                          f"CPU {row['server_cpu_us_per_request']} us/req  "
+                          f"errors {row['errors']}", flush=True)
+    finally:
+        for process, _, _ in servers.values():
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in AGENT_ROWS:
+        rows[name] = {}
+        for level in levels:
+            ranked = sorted(rounds[name][level], key=lambda row: row["rps"])
+            median = dict(ranked[len(ranked) // 2])
+            median["rps_each_round"] = [row["rps"] for row in rounds[name][level]]
+            rows[name][f"c{level}"] = median
+    base = "in-process agent"
+    comparison: dict[str, float | None] = {}
+
+    def within_rounds(values: list[float]) -> float | None:
+        return round(statistics.median(values), 3) if values else None
+
+    for name in AGENT_ROWS:
+        if name == base:
+            continue
+        slow = list(zip(rounds[name][LATENCY_CONCURRENCY], rounds[base][LATENCY_CONCURRENCY],
+                        strict=True))
+        for quantile in ("p50", "p99"):
+            comparison[f"{name}: {quantile} - in-process, c{LATENCY_CONCURRENCY} (ms)"] = (
+                within_rounds([a[f"{quantile}_ms"] - b[f"{quantile}_ms"] for a, b in slow
+                               if a[f"{quantile}_ms"] is not None
+                               and b[f"{quantile}_ms"] is not None]))
+        fast = list(zip(rounds[name][args.concurrency], rounds[base][args.concurrency],
+                        strict=True))
+        comparison[f"{name} / in-process req/s, c{args.concurrency}"] = within_rounds(
+            [a["rps"] / b["rps"] for a, b in fast if b["rps"]])
+        comparison[f"{name} / in-process req/s, c{args.concurrency}, by CPU"] = (
+            within_rounds([b["server_cpu_us_per_request"] / a["server_cpu_us_per_request"]
+                           for a, b in fast if a["server_cpu_us_per_request"]]))
+    return {"agent": BENCH_AGENT, "method": "SendMessage", "binding": "JSON-RPC",
+            "auth": False, "levels": list(levels), "started": infos, "results": rows,
+            "comparison": comparison, "goal_latency_difference_ms": 1.0}
+
+
+def agent_table(section: dict[str, Any]) -> str:
+    lines = ["", "## Agent process", "",
+             "A trivial python agent (`async def run(task): return \"ok\"`) behind the door "
+             "(no DoorAuth), SendMessage over JSON-RPC (blocking): `in-process agent` is an "
+             "AgentFn in the server, `agent process` runs it in an `AgentProcess` (a fresh "
+             "interpreter on a socketpair), `agent process+landlock` the same confined with "
+             "a member's Landlock plan. Server CPU counts the agent process's too.", "",
+             "| agent | concurrency | req/s | p50 ms | p99 ms | server CPU us/req | "
+             "errors |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, by_level in section["results"].items():
+        for level, row in by_level.items():
+            lines.append(f"| {name} | {level[1:]} | {row['rps']} | {row['p50_ms']} | "
+                         f"{row['p99_ms']} | {row['server_cpu_us_per_request']} | "
+                         f"{row['errors']} |")
+    goal = section["goal_latency_difference_ms"]
+    lines += ["", "| comparison (median over the rounds) | value | goal |", "|---|---:|---|"]
+    for name, value in section["comparison"].items():
+        verdict = ""
+        if name.endswith("(ms)") and value is not None:
+            verdict = f"<= {goal:g} ms ({'met' if value <= goal else 'missed'})"
+        lines.append(f"| {name} | {value} | {verdict} |")
+    started = "; ".join(f"`{kind}`: {json.dumps(info.get('confined'))}"
+                        for kind, info in section["started"].items() if info)
+    if started:
+        lines += ["", f"What the agent processes reported at start: {started}."]
     return "\n".join(lines) + "\n"
 
 
@@ -425,6 +621,7 @@ def orchestrate(args: argparse.Namespace) -> None:
                    for a, b in pairs if a["server_cpu_us_per_request"]]
             ratios[f"{name}_{method}"] = round(statistics.median(wall), 3) if wall else 0.0
             ratios[f"{name}_{method}_cpu"] = round(statistics.median(cpu), 3) if cpu else 0.0
+    agents = agent_section(args)
     cores = os.cpu_count() or 1
     document = {"benchmark": "bench_door", "cores": cores, "concurrency": args.concurrency,
                 "load_average_before": load_before, "load_average_after": os.getloadavg(),
@@ -432,18 +629,18 @@ def orchestrate(args: argparse.Namespace) -> None:
                 "max_requests_per_phase": args.max_requests,
                 "load_generator": "asyncio (uvloop), keep-alive HTTP/1.1, another process",
                 "server": "uvicorn (httptools, uvloop), one process each",
-                "results": results, "ratios": ratios,
+                "results": results, "ratios": ratios, "agent_process": agents,
                 "wall_seconds": round(time.monotonic() - began, 1)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "bench_door.json").write_text(json.dumps(document, indent=2) + "\n")
-    markdown = table(results, ratios, cores)
+    markdown = table(results, ratios, cores) + agent_table(agents)
     (RESULTS / "bench_door.md").write_text(markdown)
     print(markdown, end="")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--serve", choices=SERVERS)
+    parser.add_argument("--serve", choices=SERVERS + AGENT_SERVERS)
     parser.add_argument("--load", action="store_true")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--method", choices=METHODS, default="GetTask")
