@@ -1,4 +1,4 @@
-"""launcher/member/landlock.py against the real kernel: a child process confines itself,
+"""launcher/landlock.py against the real kernel: a child process confines itself,
 then tries what a hostile agent would (read outside its paths, write outside its work
 folders, connect to a port it was not given, signal its parent). Each attempt is
 asserted to fail, and the same child's allowed work to succeed. Skips, saying so, on a
@@ -23,7 +23,7 @@ from launcher.landlock import HostSupport, host_support
 SUPPORT = host_support()
 needs_landlock = pytest.mark.skipif(SUPPORT.abi < 1,
                                     reason=f"this kernel: {SUPPORT.describe()}")
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent("""
     import json, os, signal, socket, sys
