@@ -48,7 +48,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``mur`` with ``argv`` (the process's own arguments when None: ``mur`` as a
     program, which then ends with :func:`_leave_to_the_os`)."""
     if argv is None:  # mur as a program (in-process callers keep their own sys.path)
-        _no_imports_from_the_working_directory()
+        forget_working_directory()
+    return _run(argv, program=argv is None)
+
+
+def run_program(argv: Sequence[str]) -> int:
+    """``mur argv`` as a program: a member runtime the member template forked."""
+    return _run(argv, program=True)
+
+
+def _run(argv: Sequence[str] | None, *, program: bool) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
@@ -67,11 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _discard_stdout()
         return BROKEN_PIPE_STATUS
     finally:
-        if argv is None:
+        if program:
             _leave_to_the_os()
 
 
-def _no_imports_from_the_working_directory() -> None:
+def forget_working_directory() -> None:
     """Take the current directory off ``sys.path`` (``python -m`` puts it first).
 
     mur imports much of what it uses when first needed (httpx when a member first sends

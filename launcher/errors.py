@@ -20,6 +20,8 @@
     ├── ProtocolError ............... member.agent.protocol: a line that is not the agent
     │                                 protocol's
     ├── StartFailed ................. member.session: the session could not start
+    ├── TemplateFailed .............. formation.template: the member template did not
+    │                                 start or answer (an OSError; members are exec'd)
     ├── NotReady .................... formation.ready: a member did not come up
     ├── DeadlineFell ................ formation.ready: --deadline fell during start-up
     ├── SendError ................... operator: mur send cannot reach or use a door

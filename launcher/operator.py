@@ -144,6 +144,14 @@ def stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _started_by(pid: int, launcher_pid: int) -> bool:
+    """Whether the launcher started ``pid``: its child, or a child of its member
+    template (docs/launcher.md, "Starting members")."""
+    parent = parent_pid(pid)
+    return parent == launcher_pid or (parent is not None and
+                                      parent_pid(parent) == launcher_pid)
+
+
 def _formation_targets(formation_id: str, live: list[RunningRecord]) -> list[RunningRecord]:
     """The launcher, and every session of the formation the launcher did not start (a
     member started by hand, which no lifeline winds down). The launcher's own members
@@ -154,7 +162,7 @@ def _formation_targets(formation_id: str, live: list[RunningRecord]) -> list[Run
     for record in live:
         if record.kind != "session" or record.formation_id != formation_id:
             continue
-        if launcher is not None and parent_pid(record.pid) == launcher.pid:
+        if launcher is not None and _started_by(record.pid, launcher.pid):
             continue
         targets.append(record)
     return targets

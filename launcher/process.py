@@ -33,7 +33,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, Protocol, TextIO
 
 from launcher.env_names import LIFELINE_ENV
 from launcher.errors import LauncherError
@@ -172,11 +172,32 @@ def make_lifeline_pipe() -> ChildPipe:
 # --------------------------------------------------------------------------- processes
 
 
+class PopenLike(Protocol):
+    """What :class:`ManagedProcess` uses of a child: ``subprocess.Popen``'s, or a member
+    the member template forked (``launcher.formation.template``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def stdin(self) -> IO[bytes] | None: ...
+
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+
+    @property
+    def stderr(self) -> IO[bytes] | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass
 class ManagedProcess:
-    """A started child. Build it with :meth:`start`."""
+    """A started child. Build it with :meth:`start` (or from another ``PopenLike``)."""
 
-    popen: subprocess.Popen[bytes]
+    popen: PopenLike
     name: str
     own_group: bool
     _transports: list[asyncio.BaseTransport] = field(default_factory=list, repr=False)

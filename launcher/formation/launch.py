@@ -38,8 +38,13 @@ from gateway.tokens import FormationKey
 from launcher.channel import ChannelRefused, refuse_roster_inside_formation
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
 from launcher.durations import format_deadline, parse_deadline
-from launcher.env_names import DIAGNOSTICS_ENV, ISOLATION_ENV, PEERS_ENV
-from launcher.formation.members import LaunchedMember, close_quietly, start_member
+from launcher.env_names import ARGV_PREFIX_ENV, DIAGNOSTICS_ENV, ISOLATION_ENV, PEERS_ENV
+from launcher.formation.members import (
+    LaunchedMember,
+    close_quietly,
+    start_member,
+    template_env,
+)
 from launcher.formation.output import formation_line, render_table
 from launcher.formation.ready import (
     DeadlineFell,
@@ -50,6 +55,7 @@ from launcher.formation.ready import (
     ready_seconds,
     wait_for_door,
 )
+from launcher.formation.template import MemberTemplate, TemplateFailed
 from launcher.hostcheck import host_diagnostics
 from launcher.ids import new_formation_id
 from launcher.isolation import isolation_diagnostics, isolation_mode
@@ -242,6 +248,7 @@ class Launch:
         self._hurry = asyncio.Event()
         self._deadline_at: float | None = None
         self._record: RunningRecord | None = None
+        self._template: MemberTemplate | None = None
         self._ready_seconds = ready_seconds(self.environ)
 
     # --- the whole launch ---------------------------------------------------------------
@@ -256,9 +263,12 @@ class Launch:
         self._write_record()
         outcome = FormationEnd.REFUSED
         try:
+            self._template = await self._start_template()
             outcome = await self._launch()
         finally:
             await self._end()
+            if self._template is not None:
+                await asyncio.to_thread(self._template.close)
             self._key = None  # the formation is over: no token can be minted again
             self._retention()
             remove_running(self.formation_id)
@@ -343,7 +353,7 @@ class Launch:
             project_dir=self.admitted.project_dir,
             deadline=None if self.deadline is None else format_deadline(self.deadline),
             extra=extra, environ=self.environ, own_group=own_group,
-            started_at=asyncio.get_running_loop().time(),
+            started_at=asyncio.get_running_loop().time(), template=self._template,
             stderr=PIPE if own_group else None)
         self.members[name] = member
         return member
@@ -579,6 +589,17 @@ class Launch:
         return FormationEnd.DEADLINE_RUNNING
 
     # --- step 7: the end ----------------------------------------------------------------
+
+    async def _start_template(self) -> MemberTemplate | None:
+        """The member template (launcher/formation/template.py), exec'd while the
+        launcher holds no token yet; None where it cannot start (members are exec'd)."""
+        if self.environ.get(ARGV_PREFIX_ENV):
+            return None
+        try:
+            return await asyncio.to_thread(MemberTemplate.start, template_env(self.environ))
+        except TemplateFailed as exc:
+            _say(f"[mur run] {exc}; starting each member afresh")
+            return None
 
     async def _end(self) -> None:
         """Close every lifeline, wait for every member, kill what outlives the grace."""

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.tokens import FormationKey
 from launcher.channel import ChannelWriter
@@ -46,6 +47,9 @@ from launcher.process import (
 from launcher.records import home
 from launcher.roster import AdmittedMember
 
+if TYPE_CHECKING:
+    from launcher.formation.template import MemberTemplate
+
 #: Variables of the launcher's own environment a member never inherits: the formation's
 #: are set afresh for each member, the test hooks stay with the launcher.
 _NOT_INHERITED = (FORMATION_ENV, CHANNEL_ENV, LIFELINE_ENV, PEERS_ENV, ARGV_PREFIX_ENV,
@@ -69,6 +73,12 @@ def member_argv(member: AdmittedMember, *, project_dir: Path, deadline: str | No
     if deadline is not None:
         argv += ["--deadline", deadline]
     return argv + list(extra)
+
+
+def template_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The member template's own environment: what every member inherits, without the
+    formation's variables (each member's come with its spawn)."""
+    return {name: value for name, value in base.items() if name not in _NOT_INHERITED}
 
 
 def member_env(base: Mapping[str, str], *, formation_id: str, channel_fd: int,
@@ -126,7 +136,8 @@ def start_member(member: AdmittedMember, *, key: FormationKey, formation_id: str
                  callees: Sequence[str], doors: Mapping[str, str] | None, workdir: Path,
                  project_dir: Path, deadline: str | None, extra: Sequence[str],
                  environ: Mapping[str, str], own_group: bool, started_at: float,
-                 stderr: int | None) -> LaunchedMember:
+                 stderr: int | None, template: MemberTemplate | None = None
+                 ) -> LaunchedMember:
     """Write ``member``'s credentials (and ``doors``, for the entry member) on a fresh
     channel, then start it in ``workdir``. Raises OSError when it cannot be started; its
     pipes are closed then."""
@@ -142,20 +153,26 @@ def start_member(member: AdmittedMember, *, key: FormationKey, formation_id: str
         del tokens
         if doors:
             writer.write_doors(doors)
-        process = ManagedProcess.start(
-            member_argv(member, project_dir=project_dir, deadline=deadline, extra=extra,
-                        environ=environ),
-            # The launcher's current directory, as docs/launcher.md says; the work
-            # folder goes by MURMUR_WORKDIR.
-            cwd=os.getcwd(),
-            env={**member_env(environ, formation_id=formation_id,
-                              channel_fd=channel.child_fd, lifeline_fd=lifeline.child_fd),
-                 WORKDIR_ENV: str(workdir)},
-            pass_fds=(channel.child_fd, lifeline.child_fd),
-            new_process_group=own_group,
-            stdin=DEVNULL, stdout=PIPE, stderr=stderr,
-            name=member.name, close_passed_fds=False,
-        )
+        argv = member_argv(member, project_dir=project_dir, deadline=deadline, extra=extra,
+                           environ=environ)
+        env = {**member_env(environ, formation_id=formation_id,
+                            channel_fd=channel.child_fd, lifeline_fd=lifeline.child_fd),
+               WORKDIR_ENV: str(workdir)}
+        if template is not None and not environ.get(ARGV_PREFIX_ENV):
+            process = _forked(template, argv[len(mur_command(environ)):], env=env,
+                              channel=channel.child_fd, lifeline=lifeline.child_fd,
+                              own_group=own_group, stderr=stderr, name=member.name)
+        else:
+            process = ManagedProcess.start(
+                argv,
+                # The launcher's current directory, as docs/launcher.md says; the work
+                # folder goes by MURMUR_WORKDIR.
+                cwd=os.getcwd(), env=env,
+                pass_fds=(channel.child_fd, lifeline.child_fd),
+                new_process_group=own_group,
+                stdin=DEVNULL, stdout=PIPE, stderr=stderr,
+                name=member.name, close_passed_fds=False,
+            )
     except BaseException:
         writer.close()
         lifeline.close()
@@ -165,6 +182,32 @@ def start_member(member: AdmittedMember, *, key: FormationKey, formation_id: str
         lifeline.close_child_end()
     return LaunchedMember(spec=member, workdir=workdir, process=process, lifeline=lifeline,
                           channel=writer, started_at=started_at)
+
+
+def _forked(template: MemberTemplate, args: Sequence[str], *, env: Mapping[str, str],
+            channel: int, lifeline: int, own_group: bool, stderr: int | None,
+            name: str) -> ManagedProcess:
+    """A member forked by the member template, with the descriptors ``ManagedProcess.start``
+    would give it: stdin from /dev/null, stdout a pipe, stderr a pipe or the launcher's."""
+    stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    out_read, out_write = os.pipe2(os.O_CLOEXEC)
+    err_read, err_write = os.pipe2(os.O_CLOEXEC) if stderr == PIPE else (-1, os.dup(2))
+    try:
+        forked = template.spawn(
+            args, cwd=os.getcwd(), env=env, own_group=own_group, stdin=stdin,
+            stdout=out_write, stderr=err_write, channel=channel, lifeline=lifeline,
+            channel_env=CHANNEL_ENV, lifeline_env=LIFELINE_ENV)
+    except BaseException:
+        for fd in (out_read, err_read):
+            if fd >= 0:
+                os.close(fd)
+        raise
+    finally:
+        for fd in (stdin, out_write, err_write):
+            os.close(fd)
+    forked.stdout = open(out_read, "rb")  # noqa: SIM115 - ManagedProcess closes it
+    forked.stderr = open(err_read, "rb") if err_read >= 0 else None  # noqa: SIM115
+    return ManagedProcess(popen=forked, name=name, own_group=own_group)
 
 
 def close_quietly(member: LaunchedMember) -> None:

@@ -319,6 +319,10 @@ class Outcome:
     targets: dict[str, Any]
 
 
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def children(pid: int) -> list[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
@@ -408,6 +412,9 @@ def gather_targets(home: Path, launcher_pid: int, line: dict[str, Any], forbidde
                *(str(home / "formations" / line["formation_id"] / name)
                  for name in others if name != "boss")]
     runtime_pids = [int(data["pid"]) for data in others.values()]
+    # the member template that forked them (launcher/template.py), when there is one
+    runtime_pids += sorted({parent for pid in runtime_pids
+                            if (parent := parent_of(pid)) != launcher_pid})
     agent_pids = [child for pid in runtime_pids for child in children(pid)]
     upstream = [child for child in children(int(sessions["relay"]["pid"]))]
     ports = [int(data["door_url"].rsplit(":", 1)[1]) for data in others.values()]

@@ -1,0 +1,99 @@
+"""The member template (launcher/template.py, launcher/formation/template.py): a real
+``mur run --roster`` forks its members from one warm interpreter that holds no token,
+reports their exits, and is gone with the formation."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_agent_process import memory_holds
+from tests.support.formation import (
+    CODER_AGENT,
+    PLANNER_AGENT,
+    REVIEWER_AGENT,
+    kill_group_quietly,
+    read_formation_line,
+    simple_project,
+    start_launcher,
+    wait_gone,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, object]]]:
+    project = simple_project(
+        tmp_path, ["planner", "coder", "reviewer"], entry="planner",
+        reachability={"planner": ["coder", "reviewer"]},
+        agents={"planner": PLANNER_AGENT, "coder": CODER_AGENT, "reviewer": REVIEWER_AGENT})
+    process = start_launcher(project, "--json")
+    try:
+        yield process, read_formation_line(process, timeout=90)
+    finally:
+        kill_group_quietly(process)
+        process.wait(timeout=30)
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def token_in(pid: int) -> bytes | None:
+    """A formation token from the memory of ``pid`` (read as root), or None."""
+    pattern = re.compile(rb"mft1\.[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}")
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as memory:
+        for entry in maps:
+            span, perms = entry.split()[:2]
+            if "rw" not in perms:
+                continue
+            low, high = (int(value, 16) for value in span.split("-"))
+            try:
+                memory.seek(low)
+                found = pattern.search(memory.read(high - low))
+            except (OSError, OverflowError, ValueError):
+                continue
+            if found:
+                return found.group(0)
+    return None
+
+
+def test_every_member_is_forked_by_one_template_that_holds_no_token(
+        launcher: tuple[subprocess.Popen[bytes], dict[str, object]]) -> None:
+    process, line = launcher
+    pids = [int(member["pid"]) for member in line["members"]]  # type: ignore[attr-defined]
+    (template,) = {parent_of(pid) for pid in pids}
+    assert template != process.pid and parent_of(template) == process.pid
+    assert b"launcher.template" in Path(f"/proc/{template}/cmdline").read_bytes()
+    if os.geteuid() == 0:  # reading another process's memory needs root
+        planner = next(int(m["pid"]) for m in line["members"]  # type: ignore[attr-defined]
+                       if m["name"] == "planner")
+        token = token_in(planner)  # the planner holds its tokens for coder and reviewer
+        assert token is not None
+        assert not memory_holds(template, token)
+    # The launcher ends every member, then the template.
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err.decode()
+    wait_gone([*pids, template], 10)
+
+
+def test_a_member_that_dies_is_reported_through_the_template(
+        launcher: tuple[subprocess.Popen[bytes], dict[str, object]]) -> None:
+    process, line = launcher
+    coder = next(int(m["pid"]) for m in line["members"]  # type: ignore[attr-defined]
+                 if m["name"] == "coder")
+    os.kill(coder, signal.SIGKILL)
+    wait_gone([coder], 10)
+    time.sleep(1.0)  # the launcher hears of it from the template
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert b"member `coder` ended with signal 9 while the formation runs" in err, err
