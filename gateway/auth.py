@@ -110,6 +110,10 @@ class AuthPolicy:
     public_card: bool = False
     #: Web origins whose pages may call the door (CORS, :mod:`gateway.cors`); none: off.
     allow_origins: tuple[str, ...] = ()
+    #: A listener beyond loopback (``--listen``): its local port, and the names its
+    #: clients may send as ``Host`` there (each alone or with the port).
+    public_port: int | None = None
+    public_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.member is not None and (
@@ -307,6 +311,19 @@ def _usual_hosts(port: int | None) -> frozenset[bytes]:
     hosts = {name + b":" + str(port).encode("ascii") for name in names}
     if port == 80:
         hosts.update(names)
+    return frozenset(hosts)
+
+
+def _public_hosts(names: tuple[str, ...], port: int) -> frozenset[bytes]:
+    """The Host values a listener beyond loopback answers: each name, alone or with the
+    port (IPv6 addresses in brackets), in lower case."""
+    hosts: set[bytes] = set()
+    for name in names:
+        text = name.lower().rstrip(".")
+        if ":" in text and not text.startswith("["):
+            text = f"[{text}]"
+        if text.isascii():  # the launcher checked them; anything else matches nothing
+            hosts.update({text.encode("ascii"), f"{text}:{port}".encode("ascii")})
     return frozenset(hosts)
 
 
@@ -629,11 +646,14 @@ class DoorAuth:
         return caller
 
     def _host_allowed(self, host: bytes, port: int | None) -> bool:
-        """Whether ``host`` is a loopback name with ``port`` (the first request on a port
-        notes its usual Host values, which later requests find at once)."""
+        """Whether ``host`` is a loopback name with ``port``, or on the listener beyond
+        loopback one of its public names (the first request on a port notes its usual
+        Host values, which later requests find at once)."""
         usual = self._hosts_by_port.get(port)
         if usual is None:
             usual = _usual_hosts(port)
+            if port is not None and port == self.policy.public_port:
+                usual = usual | _public_hosts(self.policy.public_hosts, port)
             if len(self._hosts_by_port) < 64:
                 self._hosts_by_port[port] = usual
         return host in usual or _loopback_host(host, port)

@@ -25,7 +25,7 @@ import mimetypes
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -179,6 +179,8 @@ class Door:
         self._stop_callbacks: list[Callable[[str], None]] = []
         tasks.on_stop(self._stopping)
         self._card = card
+        #: The card served on a listener of its own (``--listen``), by its local port.
+        self._cards_by_port: dict[int, CardRoute] = {}
         self._rpc = tasks.endpoint
         self._rest = RestEndpoint(tasks.endpoint, max_body=policy.max_body)
         self._out_root = (os.path.realpath(settings.out_dir)
@@ -213,6 +215,19 @@ class Door:
     def set_url(self, url: str) -> None:
         """Name the door's own URL on its card, once the socket is bound."""
         self._card.set_url(url)
+
+    def add_listener(self, port: int, url: str) -> None:
+        """A request that arrives on local ``port`` (a listener beyond loopback) is
+        served a card naming ``url``: the address its clients reach the door at."""
+        self._cards_by_port[port] = CardRoute(replace(self._card.info, door_url=url),
+                                              authenticated=self.policy.authenticated)
+
+    def _card_for(self, scope: Scope) -> CardRoute:
+        if self._cards_by_port:
+            server = scope.get("server")
+            if server:
+                return self._cards_by_port.get(server[1], self._card)
+        return self._card
 
     def on_stop(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` when the session is asked to stop (once)."""
@@ -313,7 +328,7 @@ class Door:
                 await send_not_allowed(send, b"POST")
         elif path == CARD_PATH:
             if method in ("GET", "HEAD"):
-                await self._card(scope, receive, send)
+                await self._card_for(scope)(scope, receive, send)
             else:
                 await send_not_allowed(send, b"GET, HEAD")
         elif path == HEALTH_PATH:

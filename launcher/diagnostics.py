@@ -534,6 +534,18 @@ TABLE: tuple[CodeEntry, ...] = (
         "murmur-door",
     ),
     CodeEntry(
+        "E-RUN-056", "error",
+        "A door's listener beyond loopback cannot be set up",
+        "{flag} {value}: {problem}",
+        "{fix}",
+        "`mur run --capsule --listen HOST:PORT` (or `mur run --roster --publish HOST:PORT`, "
+        "checked by the launcher before any member starts) names an address that cannot "
+        "be bound here (a port in use, an address of no interface of this host, a name "
+        "that does not resolve), or `--tls-cert`/`--tls-key` name files that cannot be "
+        "read or do not make a certificate and its key. Nothing was started.",
+        "murmur-door",
+    ),
+    CodeEntry(
         "W-RUN-007", "warning",
         "A formation member started by hand: nothing winds it down",
         "this mur run carries MURMUR_FORMATION_ID {formation} but no formation lifeline; "

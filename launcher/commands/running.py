@@ -58,6 +58,21 @@ def _register_run(subparsers: Any) -> None:
     run.add_argument("--rebuild", action="store_true",
                      help="with --roster: pack and install (replacing) every member whose "
                           "capsule source is in the project before admission, so edits run")
+    run.add_argument("--listen", metavar="HOST:PORT",
+                     help="with --capsule: serve the door on this address too, beyond "
+                          "loopback (0.0.0.0:8443, [::]:8443); the same credentials apply")
+    run.add_argument("--publish", metavar="HOST:PORT",
+                     help="with --roster: serve the entry member's door on this address too "
+                          "(its peers stay on loopback)")
+    run.add_argument("--tls-cert", metavar="FILE",
+                     help="with --listen/--publish: serve it over TLS with this PEM "
+                          "certificate chain")
+    run.add_argument("--tls-key", metavar="FILE",
+                     help="with --tls-cert: the certificate's private key (PEM)")
+    run.add_argument("--public-host", metavar="NAME", action="append",
+                     help="a name clients use to reach the --listen/--publish address: "
+                          "accepted as Host and named on that listener's card (repeat for "
+                          "more; default: the address given)")
     run.add_argument("--isolation", choices=("auto", "required", "off"), default=None,
                      help="confine agent code (Landlock): auto (default; warn W-SEC-014 "
                           "where the host offers less), required (refuse to start without "

@@ -59,6 +59,7 @@ from launcher.formation.template import MemberTemplate, TemplateFailed
 from launcher.hostcheck import host_diagnostics
 from launcher.ids import new_formation_id
 from launcher.isolation import isolation_diagnostics, isolation_mode
+from launcher.listen_flags import Listener, check_listener, listener_args, listener_from
 from launcher.process import (
     PIPE,
     drain,
@@ -183,7 +184,11 @@ def main(args: argparse.Namespace) -> int:
         return _usage(f"--project {args.project} is not a directory")
     try:
         isolation = isolation_mode(getattr(args, "isolation", None), os.environ)
-    except ValueError as problem:
+        if getattr(args, "listen", None):
+            raise UsageError("--listen is taken with --capsule; a formation publishes its "
+                             "entry member's door with --publish HOST:PORT")
+        publish = listener_from(args, "--publish")
+    except (ValueError, UsageError) as problem:
         return _usage(str(problem))
     if args.task is not None:
         try:
@@ -208,7 +213,9 @@ def main(args: argparse.Namespace) -> int:
         return 1
     try:
         isolation_warnings = isolation_diagnostics(isolation, os.environ)
-    except DiagnosticError as refusal:  # --isolation required on a host without it
+        if publish is not None:
+            check_listener(publish)  # a port in use, a certificate unreadable: E-RUN-056
+    except DiagnosticError as refusal:  # or --isolation required on a host without it
         _report(refusal.diagnostic)
         return 1
     for warning in [*admitted.warnings, *source_warnings(admitted),
@@ -218,7 +225,8 @@ def main(args: argparse.Namespace) -> int:
     # Members take the launcher's choice (and do not repeat its warning).
     environ = {**os.environ, ISOLATION_ENV: isolation}
     launch = Launch(admitted, task=None if args.task is None else resolve_task(args.task),
-                    deadline=deadline, json_mode=bool(args.json), environ=environ)
+                    deadline=deadline, json_mode=bool(args.json), environ=environ,
+                    publish=publish)
     try:
         return asyncio.run(launch.run())
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a user
@@ -231,8 +239,10 @@ class Launch:
 
     def __init__(self, admitted: AdmittedRoster, *, task: str | None,
                  deadline: datetime | None, json_mode: bool,
-                 environ: Mapping[str, str]) -> None:
+                 environ: Mapping[str, str], publish: Listener | None = None) -> None:
         self.admitted = admitted
+        #: ``--publish``: the entry member's listener beyond loopback.
+        self.publish = publish
         self.task = task
         self.deadline = deadline
         self.json_mode = json_mode
@@ -482,10 +492,12 @@ class Launch:
     # --- step 6: the entry member -------------------------------------------------------
 
     def _entry_flags(self) -> list[str]:
+        published = listener_args(self.publish) if self.publish is not None else []
         if self.task is not None:
             return ["--lifecycle-task-acceptance", "single", "--lifecycle-after-task", "exit",
-                    "--task", self.task]
-        return ["--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep"]
+                    *published, "--task", self.task]
+        return ["--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep",
+                *published]
 
     async def _run_entry(self) -> FormationEnd:
         entry = self.admitted.entry

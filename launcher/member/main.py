@@ -93,6 +93,7 @@ def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
     from launcher.agent_check import missing_requirements, pip_install
     from launcher.hostcheck import host_diagnostics
     from launcher.isolation import isolation_diagnostics
+    from launcher.listen_flags import check_listener
     from launcher.store import resolve
 
     for warning in place.warnings:
@@ -101,6 +102,8 @@ def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
         _report(warning, json_mode)
     for warning in isolation_diagnostics(options.isolation, os.environ):
         _report(warning, json_mode)
+    if options.listener is not None:
+        check_listener(options.listener)  # E-RUN-056 before anything is staged
     artifact = resolve(options.project, options.capsule, options.version)
     if options.sha256 is not None and artifact.sha256 != options.sha256:
         raise DiagnosticError("E-RUN-047", str(artifact.path), capsule=options.capsule,

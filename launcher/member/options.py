@@ -20,6 +20,7 @@ from launcher import durations
 from launcher.env_names import DIAGNOSTICS_ENV, WORKDIR_ENV
 from launcher.ids import is_session_id
 from launcher.isolation import isolation_mode
+from launcher.listen_flags import Listener, listener_from
 from launcher.run_flags import UsageError, read_task
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -52,6 +53,8 @@ class MemberOptions:
     json: bool
     #: ``auto``, ``required`` or ``off`` (``--isolation``, else ``MURMUR_ISOLATION``).
     isolation: str = "auto"
+    #: ``--listen`` (with ``--tls-*`` and ``--public-host``): the door beyond loopback.
+    listener: Listener | None = None
 
     @property
     def diagnostics_json(self) -> bool:
@@ -105,8 +108,12 @@ def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> Me
         isolation = isolation_mode(getattr(args, "isolation", None), os.environ)
     except ValueError as problem:
         raise UsageError(str(problem)) from None
+    if getattr(args, "publish", None):
+        raise UsageError("--publish is taken with --roster (the entry member's door); for "
+                         "one capsule, --listen HOST:PORT")
     return MemberOptions(
         isolation=isolation,
+        listener=listener_from(args, "--listen"),
         capsule=capsule,
         version=version,
         sha256=sha256,

@@ -65,17 +65,20 @@ class DoorServer(uvicorn.Server):
 
     @classmethod
     def for_app(cls, app: ASGIApp, *, stop_seconds: float,
-                limits: DoorLimits | None = None) -> DoorServer:
+                limits: DoorLimits | None = None, tls_cert: str | None = None,
+                tls_key: str | None = None) -> DoorServer:
         """A server for the door ``app``: no lifespan, no logs of its own, no proxy
         headers, no websockets; at most ``stop_seconds`` to close connections at the end;
-        httptools with the door's ``limits`` (default: the documented bounds)."""
+        httptools with the door's ``limits`` (default: the documented bounds); TLS with
+        ``tls_cert`` and ``tls_key`` (a listener beyond loopback)."""
         limits = limits or DoorLimits()
         book = ConnectionBook(limits, connection_cap(limits.connections))
         config = uvicorn.Config(
             app, lifespan="off", log_level="warning", access_log=False,
             log_config=None, proxy_headers=False, server_header=False, ws="none",
             http=protocol_for(book), backlog=accept_batch(book.cap),
-            timeout_graceful_shutdown=int(stop_seconds))
+            timeout_graceful_shutdown=int(stop_seconds),
+            ssl_certfile=tls_cert, ssl_keyfile=tls_key)
         return cls(config, book)
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:

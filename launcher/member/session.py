@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.errors import LauncherError
 from launcher.isolation import OFF
 from launcher.landlock import host_support
+from launcher.listen_flags import bind_listener
 from launcher.member.agent_process import AgentChild, AgentProcess, AgentStartFailed
 from launcher.member.door import (
     CallsSeam,
@@ -174,6 +176,10 @@ class MemberSession:
         self._socket: socket.socket | None = None
         self._server: DoorServer | None = None
         self._server_task: asyncio.Task[None] | None = None
+        #: The listener beyond loopback (``--listen``): its socket, server and task.
+        self._public_socket: socket.socket | None = None
+        self._public_server: DoorServer | None = None
+        self._public_task: asyncio.Task[None] | None = None
         self._directory: DoorDirectory | None = None
         self._seam: CallsSeam | None = None
         self._proxy: ProxySlot | None = None
@@ -249,6 +255,11 @@ class MemberSession:
                 fix="check that the loopback interface is up; run it again")) from None
         self._port = int(self._socket.getsockname()[1])
         self.door_url = f"http://127.0.0.1:{self._port}"
+        if options.listener is not None:
+            try:
+                self._public_socket = bind_listener(options.listener)
+            except DiagnosticError as refused:
+                raise StartFailed(refused.diagnostic) from None
         try:
             records = stage_session(plan.workdir, plan.session_id,
                                     resume=options.resume is not None)
@@ -360,7 +371,10 @@ class MemberSession:
                 return
             self.door = self._build_door(agent, records)
         self.door.on_task_end(self._task_ended)
+        if self.public_url is not None and self._public_port is not None:
+            self.door.add_listener(self._public_port, self.public_url)
         await self._serve()
+        await self._serve_public()
         self._watch()
         if self.ending is not None:
             return
@@ -540,9 +554,25 @@ class MemberSession:
         return max(0.0, min(budget, left))
 
     def _policy(self, records: SessionRecords) -> AuthPolicy:
-        return auth_policy(self.manifest, operator=self.operator, place=self.place,
-                           capsule_dir=records.dir / "capsule", environ=self.plan.environ,
-                           capsule=self.options.capsule)
+        policy = auth_policy(self.manifest, operator=self.operator, place=self.place,
+                             capsule_dir=records.dir / "capsule", environ=self.plan.environ,
+                             capsule=self.options.capsule)
+        listener, public = self.options.listener, self._public_port
+        if listener is None or public is None:
+            return policy
+        return dataclasses.replace(policy, public_port=public,
+                                   public_hosts=listener.names())
+
+    @property
+    def _public_port(self) -> int | None:
+        sock = self._public_socket
+        return int(sock.getsockname()[1]) if sock is not None else None
+
+    @property
+    def public_url(self) -> str | None:
+        """The door's URL for clients beyond loopback (``--listen``), or None."""
+        listener, port = self.options.listener, self._public_port
+        return listener.url(port) if listener is not None and port is not None else None
 
     def _door_settings(self, records: SessionRecords) -> DoorSettings:
         manifest = self.manifest
@@ -583,6 +613,27 @@ class MemberSession:
             SESSION_NOT_STAGED, action="served", problem=problem,
             fix="see the lines above; run it again"))
 
+    async def _serve_public(self) -> None:
+        """The listener beyond loopback: the same door app, TLS when asked."""
+        listener, sock = self.options.listener, self._public_socket
+        if listener is None or sock is None or self.door is None:
+            return
+        self._public_server = DoorServer.for_app(
+            self.door.app, stop_seconds=SERVER_STOP_SECONDS,
+            tls_cert=str(listener.tls_cert) if listener.tls_cert else None,
+            tls_key=str(listener.tls_key) if listener.tls_key else None)
+        self._public_task = asyncio.create_task(
+            self._public_server.serve(sockets=[sock]), name="murmur-door-public")
+        async with asyncio.timeout(HEALTH_SECONDS):
+            while not self._public_server.started and not self._public_task.done():
+                await asyncio.sleep(0.005)
+        if self._public_task.done():
+            exc = None if self._public_task.cancelled() else self._public_task.exception()
+            raise StartFailed(member_diagnostic(
+                SESSION_NOT_STAGED, action="served", problem=f"the door's {listener.flag} "
+                f"listener stopped: {type(exc).__name__}: {exc}",
+                fix="see the lines above; run it again"))
+
     def _say_ready(self) -> bool:
         records = self.records
         assert records is not None
@@ -594,6 +645,8 @@ class MemberSession:
                 "event": "ready", "session_id": self.plan.session_id, "pid": os.getpid(),
                 "door_url": self.door_url, "capsule": self.options.capsule,
                 "version": self.options.version, "records_dir": str(records.dir)}
+            if self.public_url is not None:
+                line["public_url"] = self.public_url
             if place.formation_id is not None:
                 line["formation_id"] = place.formation_id
                 if place.member is not None:  # None: started by hand (W-RUN-007)
@@ -798,6 +851,13 @@ class MemberSession:
         try:
             if self.door is not None:
                 self.door.close_streams()
+            if self._public_server is not None and self._public_task is not None:
+                self._public_server.stop()
+                await _bounded(asyncio.shield(self._public_task), SERVER_STOP_SECONDS)
+                if not self._public_task.done():
+                    self._public_task.cancel()
+            elif self._public_socket is not None:
+                self._public_socket.close()
             if self._server is not None and self._server_task is not None:
                 self._server.stop()
                 await _bounded(asyncio.shield(self._server_task), SERVER_STOP_SECONDS)
@@ -837,8 +897,9 @@ class MemberSession:
 
     def _close_early(self) -> None:
         self._release_warm_child()
-        if self._socket is not None:
-            self._socket.close()
+        for sock in (self._socket, self._public_socket):
+            if sock is not None:
+                sock.close()
         remove_running(self.plan.session_id)
         if self.writer is not None:
             self.writer.close()
