@@ -64,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=None,
                         help="port on 127.0.0.1 (default: the PORT environment variable)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to serve on (a test's own network namespace)")
     parser.add_argument("--name", default="sdk-agent", help="the agent's name")
     args = parser.parse_args(argv)
     if args.port is None:
@@ -222,12 +224,12 @@ class ScriptedExecutor(AgentExecutor):
 # --------------------------------------------------------------------- card
 
 
-def agent_card(name: str, port: int) -> AgentCard:
+def agent_card(name: str, port: int, host: str = "127.0.0.1") -> AgentCard:
     return AgentCard(
         name=name,
         description="A third-party a2a-sdk test agent (stream, slow, input, call, fail).",
         version="1.0.0",
-        supported_interfaces=[AgentInterface(url=f"http://127.0.0.1:{port}{RPC_PATH}",
+        supported_interfaces=[AgentInterface(url=f"http://{host}:{port}{RPC_PATH}",
                                              protocol_binding="JSONRPC", protocol_version="1.0")],
         provider=AgentProvider(organization="murmur-door tests",
                                url="https://example.invalid/murmur-door"),
@@ -261,8 +263,8 @@ class RequestLog:
 # --------------------------------------------------------------------- app and main
 
 
-def build_app(name: str, port: int) -> Any:
-    card = agent_card(name, port)
+def build_app(name: str, port: int, host: str = "127.0.0.1") -> Any:
+    card = agent_card(name, port, host)
     handler = DefaultRequestHandler(agent_executor=ScriptedExecutor(name),
                                     task_store=InMemoryTaskStore(), agent_card=card)
     routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url=RPC_PATH)
@@ -272,9 +274,9 @@ def build_app(name: str, port: int) -> Any:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     say(f"{args.name} environment: " + " ".join(sorted(os.environ)))
-    app = build_app(args.name, args.port)
-    say(f"{args.name} listening on http://127.0.0.1:{args.port}{RPC_PATH}")
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning",
+    app = build_app(args.name, args.port, args.host)
+    say(f"{args.name} listening on http://{args.host}:{args.port}{RPC_PATH}")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 access_log=False, timeout_graceful_shutdown=2)
 
 
