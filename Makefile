@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean js-agents
+.PHONY: demo test lint typecheck pytest bench soak clean js-agents image test-containers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,3 +61,20 @@ soak: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The container image (docker/Dockerfile): a wheelhouse made here first, so the build
+# needs no network. BASE_IMAGE: any image with a Python 3.11 that makes venvs.
+IMAGE ?= murmur-door:latest
+BASE_IMAGE ?= python:3.11-slim
+
+image: $(STAMP)
+	rm -f docker/wheelhouse/*.whl
+	$(BIN)/pip wheel --quiet --wheel-dir docker/wheelhouse . dumb-init
+	docker build --file docker/Dockerfile --build-arg BASE_IMAGE=$(BASE_IMAGE) \
+		--tag $(IMAGE) .
+
+# Tests that run real containers (tests/containers/); they skip, saying why, where no
+# engine runs. `.ci/run` starts an engine and runs this target too.
+test-containers: $(STAMP)
+	MURMUR_CONTAINER_TESTS=1 MURMUR_IMAGE=$(IMAGE) MURMUR_BASE_IMAGE=$(BASE_IMAGE) \
+		$(BIN)/pytest -q tests/containers

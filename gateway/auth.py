@@ -314,6 +314,13 @@ def _usual_hosts(port: int | None) -> frozenset[bytes]:
     return frozenset(hosts)
 
 
+def _without_port(host: bytes) -> bytes:
+    """``name`` of ``name:port`` (``[v6]`` of ``[v6]:port``), in lower case."""
+    if host.startswith(b"["):
+        return host[:host.find(b"]") + 1].lower()
+    return host.rsplit(b":", 1)[0].lower() if b":" in host else host.lower()
+
+
 def _public_hosts(names: tuple[str, ...], port: int) -> frozenset[bytes]:
     """The Host values a listener beyond loopback answers: each name, alone or with the
     port (IPv6 addresses in brackets), in lower case."""
@@ -395,6 +402,9 @@ class DoorAuth:
         self._max_body_digits = len(str(policy.max_body))
         self._member_callers: dict[tuple[str, bool], Caller] = {}
         self._hosts_by_port: dict[int | None, frozenset[bytes]] = {}
+        #: The listener beyond loopback's public names, without a port.
+        self._public_names = frozenset(
+            _without_port(name) for name in _public_hosts(policy.public_hosts, 0))
         #: Formation ``Authorization`` values (``Bearer mft1...``) this door accepted, with
         #: their callers (untrusted, trusted): a member's repeated calls cost one lookup.
         #: Only formation tokens: they never expire (as in the verifier's cache), while
@@ -656,7 +666,13 @@ class DoorAuth:
                 usual = usual | _public_hosts(self.policy.public_hosts, port)
             if len(self._hosts_by_port) < 64:
                 self._hosts_by_port[port] = usual
-        return host in usual or _loopback_host(host, port)
+        if host in usual or _loopback_host(host, port):
+            return True
+        # On the listener beyond loopback, a public name with any port: a published port
+        # (docker run -p 9443:8080, a Service) is not the one listened on, and the port
+        # is no defence against DNS rebinding, the name is.
+        return (port is not None and port == self.policy.public_port
+                and _without_port(host) in self._public_names)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str,
                       reason: str = "", **fields: str) -> None:

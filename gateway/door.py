@@ -34,7 +34,7 @@ from gateway.auth import AuthPolicy, DoorAuth
 from gateway.caller import Caller, caller_of
 from gateway.cors import Cors
 from gateway.credentials import OPERATOR_CREDENTIAL
-from gateway.http_io import send_error, send_not_allowed, send_response
+from gateway.http_io import header, send_error, send_not_allowed, send_response
 from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, route_path
 from gateway.rest import RestEndpoint
 from gateway.rpc import JsonRpcEndpoint, RpcEndpoint
@@ -163,6 +163,11 @@ class LocalTasks:
         return None
 
 
+#: Cards kept for the addresses a listener beyond loopback was reached at (past it, each
+#: is built for its request).
+_HOST_CARDS = 16
+
+
 class Door:
     """One member's door and the handles the member runtime needs on it: the routes,
     DoorAuth in front, and the member's tasks (:class:`DoorTasks`) behind."""
@@ -179,8 +184,10 @@ class Door:
         self._stop_callbacks: list[Callable[[str], None]] = []
         tasks.on_stop(self._stopping)
         self._card = card
-        #: The card served on a listener of its own (``--listen``), by its local port.
+        #: The card served on a listener of its own (``--listen``), by its local port, and
+        #: by the address its clients used.
         self._cards_by_port: dict[int, CardRoute] = {}
+        self._cards_by_host: dict[str, CardRoute] = {}
         self._rpc = tasks.endpoint
         self._rest = RestEndpoint(tasks.endpoint, max_body=policy.max_body)
         self._out_root = (os.path.realpath(settings.out_dir)
@@ -223,11 +230,27 @@ class Door:
                                               authenticated=self.policy.authenticated)
 
     def _card_for(self, scope: Scope) -> CardRoute:
-        if self._cards_by_port:
-            server = scope.get("server")
-            if server:
-                return self._cards_by_port.get(server[1], self._card)
-        return self._card
+        """The card for a request: on a listener beyond loopback, the one naming the
+        address the client used (its ``Host``, which DoorAuth let through as one of the
+        listener's public names: behind a published port, only the client knows the
+        port it reached), else the door's own."""
+        if not self._cards_by_port:
+            return self._card
+        server = scope.get("server")
+        listener = self._cards_by_port.get(server[1]) if server else None
+        if listener is None:
+            return self._card
+        host = header(scope, b"host")
+        if not host:
+            return listener
+        url = f"{scope.get('scheme', 'http')}://{host.decode('latin-1')}"
+        card = self._cards_by_host.get(url)
+        if card is None:
+            card = CardRoute(replace(self._card.info, door_url=url),
+                             authenticated=self.policy.authenticated)
+            if len(self._cards_by_host) < _HOST_CARDS:
+                self._cards_by_host[url] = card
+        return card
 
     def on_stop(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` when the session is asked to stop (once)."""

@@ -7,8 +7,9 @@ httpx's neighbours: some 0.3 s of CPU); a formation of 30 paid that 30 times. Th
 launcher instead starts this program once, exec'd afresh (so it holds nothing of the
 launcher's memory: no signing key, no token), and asks it for each member. In order:
 
-1. it imports what a member runtime imports, ignores SIGINT (a Ctrl-C is for the
-   launcher and the members), dies with the launcher (``PR_SET_PDEATHSIG``), and says
+1. it imports what a member runtime imports, ignores SIGINT, SIGTERM and SIGHUP (sent to
+   the launcher's group, they are for the launcher and the members), dies with the
+   launcher (``PR_SET_PDEATHSIG``), and says
    ``ready`` on its socket (an ``AF_UNIX`` ``SOCK_SEQPACKET`` pair: one JSON message per
    packet, descriptors beside it);
 2. for each ``spawn`` (``id``, ``argv``, ``env``, ``cwd``, ``own_group``; descriptors:
@@ -47,7 +48,12 @@ def main(fd: int) -> int:
     from launcher.landlock import prctl
 
     prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A signal to the launcher's process group (a Ctrl-C; an init such as dumb-init or
+    # tini passing on `docker stop`) is for the launcher and the members: the template
+    # must outlive the wind-down to report the members' exits. It ends when the launcher
+    # closes its socket, or at once when the launcher dies (the death signal above).
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     os.set_blocking(wake_read, False)
@@ -116,7 +122,7 @@ def _become_member(request: dict[str, Any], descriptors: dict[str, int]) -> NoRe
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        for signum in (signal.SIGINT, signal.SIGCHLD, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
         if request.get("own_group"):
             os.setpgid(0, 0)

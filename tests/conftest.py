@@ -3,10 +3,15 @@ no test reads or writes the real ~/.murmur."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# The container tests run in their own target (`make test-containers`): they build an
+# image and start an engine's containers, minutes that `make test` does not spend.
+collect_ignore = [] if os.environ.get("MURMUR_CONTAINER_TESTS") == "1" else ["containers"]
 
 
 @pytest.fixture(autouse=True)

@@ -69,6 +69,8 @@ class ForkedMember:
                     # ends as far as anyone can tell when its pid does.
                     if not _alive(self.pid):
                         self.returncode = -9
+                    else:
+                        time.sleep(0.05)
         return self.returncode
 
 

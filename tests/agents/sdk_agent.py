@@ -66,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="port on 127.0.0.1 (default: the PORT environment variable)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="the address to serve on (a test's own network namespace)")
+    parser.add_argument("--card-host", default=None,
+                        help="the host its card names (default: --host; a container's "
+                             "service name when it serves on 0.0.0.0)")
     parser.add_argument("--name", default="sdk-agent", help="the agent's name")
     args = parser.parse_args(argv)
     if args.port is None:
@@ -274,7 +277,7 @@ def build_app(name: str, port: int, host: str = "127.0.0.1") -> Any:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     say(f"{args.name} environment: " + " ".join(sorted(os.environ)))
-    app = build_app(args.name, args.port, args.host)
+    app = build_app(args.name, args.port, args.card_host or args.host)
     say(f"{args.name} listening on http://{args.host}:{args.port}{RPC_PATH}")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 access_log=False, timeout_graceful_shutdown=2)
