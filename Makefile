@@ -63,15 +63,16 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # The container image (docker/Dockerfile): a wheelhouse made here first, so the build
-# needs no network. BASE_IMAGE: any image with a Python 3.11 that makes venvs.
+# needs no network. BASE_IMAGE: any image with a Python 3.11 that makes venvs; where it
+# cannot be had (no registry), docker/base-image.sh makes a Debian one with mmdebstrap.
 IMAGE ?= murmur-door:latest
 BASE_IMAGE ?= python:3.11-slim
 
 image: $(STAMP)
 	rm -f docker/wheelhouse/*.whl
 	$(BIN)/pip wheel --quiet --wheel-dir docker/wheelhouse . dumb-init
-	docker build --file docker/Dockerfile --build-arg BASE_IMAGE=$(BASE_IMAGE) \
-		--tag $(IMAGE) .
+	base=$$(sh docker/base-image.sh $(BASE_IMAGE)) && \
+		docker build --file docker/Dockerfile --build-arg BASE_IMAGE=$$base --tag $(IMAGE) .
 
 # Tests that run real containers (tests/containers/); they skip, saying why, where no
 # engine runs. `.ci/run` starts an engine and runs this target too.

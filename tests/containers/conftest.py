@@ -51,8 +51,13 @@ def image(engine: None) -> str:
     for old in wheelhouse.glob("*.whl"):
         old.unlink()
     wheels(wheelhouse, ".", "dumb-init")
-    docker("build", "--file", "docker/Dockerfile", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
-           "--tag", IMAGE, str(ROOT), timeout=BUILD_SECONDS)
+    base = subprocess.run(["sh", str(ROOT / "docker" / "base-image.sh"), BASE_IMAGE],
+                          capture_output=True, text=True, timeout=BUILD_SECONDS, check=False)
+    if base.returncode != 0:
+        pytest.skip(f"no base image to build from: {base.stderr.strip()[-300:]}")
+    docker("build", "--file", "docker/Dockerfile", "--build-arg",
+           f"BASE_IMAGE={base.stdout.strip()}", "--tag", IMAGE, str(ROOT),
+           timeout=BUILD_SECONDS)
     return IMAGE
 
 

@@ -125,3 +125,79 @@ def test_each_compose_file_is_valid(engine: None, file: str, tmp_path: Path) -> 
                                             "GATEWAY_PROJECT": str(tmp_path)}, "config")
     assert checked.returncode == 0, checked.stderr
     assert "8080" in checked.stdout
+
+
+FRONT_AGENT = """
+async def run(task):
+    answer = await (await task.call_member("back", task.text))
+    return f"front heard: {answer}"
+"""
+BACK_AGENT = """
+async def run(task):
+    return f"back did: {task.text}"
+"""
+
+
+def formation_project(tmp_path: Path) -> Path:
+    """front (entry, a declared bearer read from FORMATION_CLIENT_TOKEN) calls back."""
+    project = tmp_path / "formation-project"
+    project.mkdir()
+    specs = {
+        "front": ("network:\n  authentication:\n    bearer:\n"
+                  "      - {name: client, env: FORMATION_CLIENT_TOKEN, "
+                  "scopes: [SendMessage, GetTask]}\n"
+                  "capabilities:\n  network: {allow: [localhost]}\n", FRONT_AGENT),
+        "back": ("exports:\n  peer_tasks: {accept: true}\n"
+                 "network:\n  authentication: {}\n", BACK_AGENT),
+    }
+    for name, (extra, agent) in specs.items():
+        source = tmp_path / "src" / name
+        source.mkdir(parents=True)
+        (source / "agent.py").write_text(agent)
+        (source / "murmur.yaml").write_text(
+            f"manifest_version: 1\nname: {name}\nversion: 1.0.0\n"
+            "agent:\n  python: agent:run\n" + extra)
+        install(pack(source, tmp_path / f"{name}.mur.zip").path, project)
+    (project / "roster.yaml").write_text(
+        "roster_version: 1\nmembers:\n"
+        "  - {name: front, capsule: local/front, version: 1.0.0, entry: true}\n"
+        "  - {name: back, capsule: local/back, version: 1.0.0}\n"
+        "reachability:\n  - from: front\n    to: [back]\n")
+    for path in [tmp_path, project, *project.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    return project
+
+
+def test_the_compose_formation_serves_its_entry_door_with_the_secret_credential(
+        image: str, tmp_path: Path) -> None:
+    token = secrets.token_urlsafe(24)
+    token_file = tmp_path / "client_token"
+    token_file.write_text(token)
+    token_file.chmod(0o644)
+    port = free_port()
+    name = f"murmurfm{secrets.token_hex(3)}"
+    env = {"MURMUR_IMAGE": image, "MURMUR_PROJECT": str(formation_project(tmp_path)),
+           "CLIENT_TOKEN_FILE": str(token_file), "DOOR_PORT": str(port)}
+    up = compose(name, "compose.formation.yaml", env, "up", "--detach")
+    try:
+        assert up.returncode == 0, up.stderr
+        url = f"http://127.0.0.1:{port}/"
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "go"}]}}}
+        headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
+        until, answer = time.monotonic() + 90, None
+        while time.monotonic() < until:
+            try:
+                answer = httpx.post(url, json=body, headers=headers, timeout=30)
+                if answer.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        assert answer is not None and answer.status_code == 200, \
+            compose(name, "compose.formation.yaml", env, "logs").stdout[-3000:]
+        task = answer.json()["result"]["task"]
+        assert task["artifacts"][0]["parts"][0]["text"] == "front heard: back did: go"
+        assert httpx.post(url, json=body, timeout=10).status_code == 401
+    finally:
+        compose(name, "compose.formation.yaml", env, "down", "--volumes", "--timeout", "30")
