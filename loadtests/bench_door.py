@@ -493,20 +493,12 @@ def agent_section(args: argparse.Namespace) -> dict[str, Any]:
                           f"CPU {row['server_cpu_us_per_request']} us/req  "
                           f"errors {row['errors']}", flush=True)
     finally:
-        for process, _, _ in servers.values():
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_servers(servers)
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for name in AGENT_ROWS:
         rows[name] = {}
         for level in levels:
-            ranked = sorted(rounds[name][level], key=lambda row: row["rps"])
-            median = dict(ranked[len(ranked) // 2])
-            median["rps_each_round"] = [row["rps"] for row in rounds[name][level]]
-            rows[name][f"c{level}"] = median
+            rows[name][f"c{level}"] = median_round(rounds[name][level])
     base = "in-process agent"
     comparison: dict[str, float | None] = {}
 
@@ -589,20 +581,12 @@ def orchestrate(args: argparse.Namespace) -> None:
                           f"server CPU {row['server_cpu_us_per_request']} us/req  "
                           f"errors {row['errors']}", flush=True)
     finally:
-        for process, _, _ in servers.values():
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_servers(servers)
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for name in SHOWN:
         results[name] = {}
         for method in METHODS:
-            rows = sorted(rounds[name][method], key=lambda row: row["rps"])
-            median = dict(rows[len(rows) // 2])
-            median["rps_each_round"] = [row["rps"] for row in rounds[name][method]]
-            results[name][method] = median
+            results[name][method] = median_round(rounds[name][method])
     # A ratio is taken within each round (its two servers measured back to back), then
     # the median over the rounds.
     # Two views of every ratio: wall-clock requests/s, and the server's CPU cost per
@@ -636,6 +620,24 @@ def orchestrate(args: argparse.Namespace) -> None:
     markdown = table(results, ratios, cores) + agent_table(agents)
     (RESULTS / "bench_door.md").write_text(markdown)
     print(markdown, end="")
+
+
+def stop_servers(servers: dict[str, tuple[subprocess.Popen[str], int, str]]) -> None:
+    """End every server process (SIGTERM, then SIGKILL after 10 s)."""
+    for process, _, _ in servers.values():
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def median_round(measured: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the median rate, and every round's rate beside it."""
+    ranked = sorted(measured, key=lambda row: row["rps"])
+    median = dict(ranked[len(ranked) // 2])
+    median["rps_each_round"] = [row["rps"] for row in measured]
+    return median
 
 
 def main() -> None:

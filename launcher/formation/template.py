@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import select
 import socket
 import subprocess
@@ -28,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from launcher.errors import LauncherError
+from launcher.process import pid_alive
 
 #: How long the template may take to import a member runtime's modules.
 READY_SECONDS = 30.0
@@ -67,7 +67,7 @@ class ForkedMember:
                 if self._template.closed:
                     # The template is gone: its children were handed to init; this one
                     # ends as far as anyone can tell when its pid does.
-                    if not _alive(self.pid):
+                    if not pid_alive(self.pid, None):
                         self.returncode = -9
                     else:
                         time.sleep(0.05)
@@ -186,13 +186,3 @@ class MemberTemplate:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait(timeout=5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
