@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "launcher.commands.capsules",   # new, pack, install, lock
     "launcher.commands.admission",  # doctor, explain
     "launcher.commands.running",    # run, stop, ps, send, cancel, logs, trace
+    "launcher.commands.observing",  # graph
 )
 
 Handler = Callable[[argparse.Namespace], int]
