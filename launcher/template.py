@@ -12,11 +12,13 @@ launcher's memory: no signing key, no token), and asks it for each member. In or
    launcher (``PR_SET_PDEATHSIG``), and says
    ``ready`` on its socket (an ``AF_UNIX`` ``SOCK_SEQPACKET`` pair: one JSON message per
    packet, descriptors beside it);
-2. for each ``spawn`` (``id``, ``argv``, ``env``, ``cwd``, ``own_group``; descriptors:
+2. for each ``spawn`` (``id``, ``argv``, ``env`` and ``unset``: how its environment
+   differs from the template's, ``cwd``, ``own_group``; descriptors:
    stdin, stdout, stderr or none, the formation channel, the lifeline) it forks; the
    child becomes the member: its own process group when asked, the descriptors at 0, 1,
    2 and the channel's and lifeline's numbers in its environment, every other descriptor
-   closed, default signal handling, the environment and directory it was given, then
+   closed, default signal handling, its environment changed as asked (the template's
+   own, and any credential in it, never travels in a message), its directory, then
    ``mur`` with ``argv``, exactly as ``python -m launcher.cli`` would run it; the
    template answers ``spawned`` (``id``, ``pid``) and closes its copies;
 3. each member that ends is reaped here and reported ``exited`` (``pid``, ``status``:
@@ -139,7 +141,10 @@ def _become_member(request: dict[str, Any], descriptors: dict[str, int]) -> NoRe
                 kept.add(fd)
         _close_all_but(kept)
         os.chdir(request["cwd"])
-        os.environ.clear()
+        # Changes only: the environment this process was born with stays where it is (in
+        # the C environ and os.environ), where an agent process's scrub overwrites it.
+        for name in request.get("unset", []):
+            os.environ.pop(str(name), None)
         os.environ.update(env)
         argv = [str(arg) for arg in request["argv"]]
         sys.argv = ["mur", *argv]

@@ -77,9 +77,12 @@ class ForkedMember:
 class MemberTemplate:
     """The template process and the launcher's end of its socket."""
 
-    def __init__(self, process: subprocess.Popen[bytes], sock: socket.socket) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], sock: socket.socket,
+                 environ: Mapping[str, str] | None = None) -> None:
         self._process = process
         self._sock = sock
+        #: The template's own environment: a spawn sends only what differs from it.
+        self._environ = dict(environ or {})
         self._members: dict[int, ForkedMember] = {}
         self._exits: dict[int, int] = {}
         self._spawned: dict[int, dict[str, Any]] = {}
@@ -100,7 +103,7 @@ class MemberTemplate:
             raise TemplateFailed(f"the member template cannot start: {exc}") from None
         finally:
             theirs.close()
-        template = cls(process, ours)
+        template = cls(process, ours, environ)
         message = template._receive(READY_SECONDS)
         if message is None or message.get("op") != "ready":
             template.close()
@@ -113,8 +116,14 @@ class MemberTemplate:
               ) -> ForkedMember:
         """Fork one member; the caller keeps (and closes) its descriptors."""
         self._ids += 1
+        # Only what differs from the template's own environment travels: a credential a
+        # variable holds (a declared bearer's) is in the template's environment from its
+        # start, where its agent processes' scrub finds it, and never in a message.
+        changed = {name: value for name, value in env.items()
+                   if self._environ.get(name) != value}
+        removed = [name for name in self._environ if name not in env]
         request = {"op": "spawn", "id": self._ids, "argv": list(argv), "cwd": cwd,
-                   "env": dict(env), "own_group": own_group,
+                   "env": changed, "unset": removed, "own_group": own_group,
                    "slots": ["stdin", "stdout", "stderr", "channel", "lifeline"],
                    "channel_env": channel_env, "lifeline_env": lifeline_env}
         try:

@@ -20,6 +20,7 @@ from tests.support.formation import (
     PLANNER_AGENT,
     REVIEWER_AGENT,
     kill_group_quietly,
+    launcher_env,
     read_formation_line,
     simple_project,
     start_launcher,
@@ -97,3 +98,35 @@ def test_a_member_that_dies_is_reported_through_the_template(
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
     assert b"member `coder` ended with signal 9 while the formation runs" in err, err
+
+
+SECRET = "a-declared-credential-" + "for-the-template-memory-scan"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading another process's memory needs root")
+def test_an_agent_process_of_a_forked_member_holds_no_variable_of_the_launchers(
+        tmp_path: Path) -> None:
+    """A credential in the launcher's environment (a declared bearer's variable) is in
+    every member runtime, as with exec'd members, and in none of their agent processes:
+    the template sends members only how their environment differs from its own."""
+    project = simple_project(
+        tmp_path, ["planner", "coder", "reviewer"], entry="planner",
+        reachability={"planner": ["coder", "reviewer"]},
+        agents={"planner": PLANNER_AGENT, "coder": CODER_AGENT, "reviewer": REVIEWER_AGENT})
+    process = start_launcher(project, "--json", env=launcher_env(
+        MURMUR_HOME=os.environ["MURMUR_HOME"], SOME_DOOR_TOKEN=SECRET))
+    try:
+        line = read_formation_line(process, timeout=90)
+        for member in line["members"]:  # type: ignore[attr-defined]
+            runtime = int(member["pid"])
+            (agent,) = children(runtime)
+            assert memory_holds(runtime, SECRET.encode()), member["name"]
+            assert not memory_holds(agent, SECRET.encode()), member["name"]
+    finally:
+        kill_group_quietly(process)
+        process.wait(timeout=30)
+
+
+def children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(child) for child in text.split()]
