@@ -49,6 +49,15 @@ def compose(project: str, file: str, env: dict[str, str], *args: str,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def secret_file(folder: Path) -> tuple[str, Path]:
+    """A client credential and the file compose reads it from (readable in the container)."""
+    token = secrets.token_urlsafe(24)
+    path = folder / "client_token"
+    path.write_text(token)
+    path.chmod(0o644)
+    return token, path
+
+
 def gateway_project(tmp_path: Path) -> Path:
     source = tmp_path / "src" / "gateway"
     source.mkdir(parents=True)
@@ -68,10 +77,7 @@ def gateway_project(tmp_path: Path) -> Path:
 @pytest.fixture
 def gateway(image: str, agent_image: str, tmp_path: Path
             ) -> Iterator[tuple[str, str]]:
-    token = secrets.token_urlsafe(24)
-    token_file = tmp_path / "client_token"
-    token_file.write_text(token)
-    token_file.chmod(0o644)
+    token, token_file = secret_file(tmp_path)
     port = free_port()
     name = f"murmurgw{secrets.token_hex(3)}"
     env = {"AGENT_IMAGE": agent_image, "MURMUR_IMAGE": image,
@@ -118,8 +124,7 @@ async def test_the_compose_gateway_serves_a2a_sdk_on_the_hosts_loopback(
 
 @pytest.mark.parametrize("file", ["compose.formation.yaml", "compose.gateway.yaml"])
 def test_each_compose_file_is_valid(engine: None, file: str, tmp_path: Path) -> None:
-    token_file = tmp_path / "client_token"
-    token_file.write_text("x")
+    _, token_file = secret_file(tmp_path)
     checked = compose("murmurcheck", file, {"CLIENT_TOKEN_FILE": str(token_file),
                                             "MURMUR_PROJECT": str(tmp_path),
                                             "GATEWAY_PROJECT": str(tmp_path)}, "config")
@@ -170,10 +175,7 @@ def formation_project(tmp_path: Path) -> Path:
 
 def test_the_compose_formation_serves_its_entry_door_with_the_secret_credential(
         image: str, tmp_path: Path) -> None:
-    token = secrets.token_urlsafe(24)
-    token_file = tmp_path / "client_token"
-    token_file.write_text(token)
-    token_file.chmod(0o644)
+    token, token_file = secret_file(tmp_path)
     port = free_port()
     name = f"murmurfm{secrets.token_hex(3)}"
     env = {"MURMUR_IMAGE": image, "MURMUR_PROJECT": str(formation_project(tmp_path)),
