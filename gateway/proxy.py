@@ -90,8 +90,9 @@ CALLING_TASK: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "murmur_calling_task", default=None)
 #: The running task's trust class, or ``None`` when no task is running.
 TrustSource = Callable[[], str | None]
-#: Called once for every request sent to a member, with the callee and the virtual URL.
-CallHook = Callable[[str, str], None]
+#: Called once for every request sent to a member, with the callee and the virtual URL;
+#: returns the ``traceparent`` to send (the call's span), or ``None`` to send none.
+CallHook = Callable[[str, str], bytes | None]
 
 
 class ProxyError(GatewayError, httpx.TransportError):
@@ -220,6 +221,10 @@ _ORIGIN_HEADER: Final = ORIGIN_HEADER.encode("ascii")
 _TRUST_HEADER: Final = TRUST_HEADER.encode("ascii")
 _RUNTIME_PREFIX_BYTES: Final = RUNTIME_HEADER_PREFIX.encode("ascii")
 _CONNECTION_NAMES: Final = (b"connection", b"proxy-connection")
+#: A call's trace context is the runtime's (gateway.trace_context): a component's own
+#: ``traceparent`` and the ``tracestate`` that goes with it are replaced.
+_TRACEPARENT: Final = b"traceparent"
+_TRACE_HEADERS: Final = frozenset({_TRACEPARENT, b"tracestate"})
 
 
 def _forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -391,7 +396,8 @@ class FormationTransport(httpx.AsyncBaseTransport):
     ``tokens`` maps each member this one may call to its formation token; the names are
     the callees. ``trust`` gives the running task's trust class (``None``: no task, read
     as ``untrusted``). ``on_call(callee, virtual_url)`` is called once per request sent
-    to a member, after every check passed; it sees only the virtual URL.
+    to a member, after every check passed; it sees only the virtual URL, and returns the
+    call's ``traceparent`` (or ``None``).
     """
 
     def __init__(
@@ -501,6 +507,11 @@ class FormationTransport(httpx.AsyncBaseTransport):
         except httpx.RequestNotRead:
             body = await request.aread()
         headers = _forwarded_headers(raw)
+        trace_parent = None if shared.on_call is None else shared.on_call(callee, str(request.url))
+        if trace_parent is not None:    # the runtime's span, never the component's own
+            headers = [header for header in headers
+                       if _header_key(header[0]) not in _TRACE_HEADERS]
+            headers.append((_TRACEPARENT, trace_parent))
         headers.append((b"Host", door.host))
         if body or request.method in _BODY_METHODS:
             headers.append((b"Content-Length", str(len(body)).encode("ascii")))
@@ -513,8 +524,6 @@ class FormationTransport(httpx.AsyncBaseTransport):
                                  headers=headers, stream=httpx.ByteStream(body),
                                  extensions=extensions)
         outgoing.read()       # in memory already; lets inner transports read .content
-        if shared.on_call is not None:
-            shared.on_call(callee, str(request.url))
         failure: httpx.TransportError | None = None
         try:
             response = await shared.inner.handle_async_request(outgoing)

@@ -62,6 +62,7 @@ from gateway.tasks import (
     parse_status_time,
 )
 from gateway.trace_bus import TraceBus, utc_timestamp
+from gateway.trace_context import INCOMING_TRACEPARENT, task_span
 from gateway.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("murmur.relay")
@@ -159,6 +160,7 @@ class RelayTasks(TaskListeners):
                                   "trust": caller.trust}
         if credential.kind == "member":
             fields["formation_member"] = credential.member
+        fields.update(task_span(INCOMING_TRACEPARENT.get()).fields())
         self._trace.emit("a2a_task_received", **fields)
         return known
 

@@ -53,6 +53,11 @@ from gateway.rpc import (
     content_type_not_supported,
     serve_stream,
 )
+from gateway.trace_context import (
+    INCOMING_TRACEPARENT,
+    TASK_STARTING_METHODS,
+    incoming_traceparent,
+)
 from gateway.types import Headers, Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
@@ -91,6 +96,8 @@ class RestEndpoint:
         try:
             params, unary, streaming = await self._request(scope, receive, route)
             caller = caller_of(scope)
+            if route.method in TASK_STARTING_METHODS:     # the task's span is its child
+                INCOMING_TRACEPARENT.set(incoming_traceparent(scope))
             if streaming is not None:
                 events = await streaming(params, caller)
                 await serve_stream(receive, send, events, self._rpc.keepalive, _RestFraming,

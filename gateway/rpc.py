@@ -57,6 +57,11 @@ from gateway.jsonrpc import (
 from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, TERMINAL_STATES, VERSION_HEADER
 from gateway.tasks import StreamEvent, TaskRecord, TaskStore, acts_as_operator
 from gateway.trace_bus import TraceBus
+from gateway.trace_context import (
+    INCOMING_TRACEPARENT,
+    TASK_STARTING_METHODS,
+    incoming_traceparent,
+)
 from gateway.types import Headers, Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
@@ -136,6 +141,8 @@ class JsonRpcEndpoint:
             check_version(scope, version)  # before the name: 0.3 names are not ours
             unary, streaming = self.handlers(request.method)
             caller = caller_of(scope)
+            if request.method in TASK_STARTING_METHODS:   # the task's span is its child
+                INCOMING_TRACEPARENT.set(incoming_traceparent(scope))
             if streaming is not None:
                 events = await streaming(request.params, caller)
                 await serve_stream(receive, send, events, self.keepalive,

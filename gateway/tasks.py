@@ -43,6 +43,7 @@ from gateway.errors import GatewayError
 from gateway.jsonrpc import RpcError, member_busy
 from gateway.protocol import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
 from gateway.trace_bus import TraceBus, utc_timestamp
+from gateway.trace_context import INCOMING_TRACEPARENT, task_span
 
 log = logging.getLogger("murmur.door")
 
@@ -311,15 +312,19 @@ class TaskStore(TaskListeners):
         self._accepted += 1
         self._tasks[record.id] = record
         credential = caller.credential
+        span = task_span(INCOMING_TRACEPARENT.get())
         if credential.kind == "member":
             self._trace.emit("a2a_task_received", task_id=record.id,
                              context_id=record.context_id, credential=credential.name,
                              origin=caller.origin, trust=caller.trust,
-                             formation_member=credential.member)
+                             formation_member=credential.member, trace_id=span.trace_id,
+                             span_id=span.span_id, parent_span_id=span.parent_span_id)
         else:
             self._trace.emit("a2a_task_received", task_id=record.id,
                              context_id=record.context_id, credential=credential.name,
-                             origin=caller.origin, trust=caller.trust)
+                             origin=caller.origin, trust=caller.trust,
+                             trace_id=span.trace_id, span_id=span.span_id,
+                             parent_span_id=span.parent_span_id)
         self._trace.emit("task_state", task_id=record.id, state=record.state)
         if len(self._running) < gate.concurrency:
             self._start(record)

@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 
 import httpx
 
-from gateway.call_member import CallHandle, MemberCalls
+from gateway.call_member import CallFailed, CallHandle, MemberCalls
 from gateway.egress import virtual_address
 from gateway.proxy import CALLING_TASK, DoorDirectory, FormationTransport
 from gateway.trace_bus import TraceBus
+from gateway.trace_context import Span, TaskSpans, call_span, traceparent
 
 #: The task whose agent code is running (set when its calls object is made, so the calls
 #: it makes see it; the forward proxy sets it for a request that names its task).
@@ -25,54 +26,82 @@ _CURRENT_TASK = CALLING_TASK
 #: True inside the call-member client, whose requests are traced once per call.
 _IN_CALL_MEMBER: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "murmur_in_call_member", default=False)
+#: The span of the call-member call whose requests are being sent: its offer, polls and
+#: stream all carry it, as one call.
+_CALL_SPAN: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
+    "murmur_call_span", default=None)
 
 
 def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
-                        allow: Iterable[str], trace: TraceBus,
+                        allow: Iterable[str], trace: TraceBus, spans: TaskSpans,
                         make_inner: Callable[[], httpx.AsyncBaseTransport]
                         ) -> FormationTransport:
     """The member's formation proxy; ``make_inner`` makes its pool on the first request.
     Raises ``ValueError`` for a grant entry that is not a host or a bad callee."""
 
-    def on_request(callee: str, url: str) -> None:
-        # call_member's own requests are traced once per call (TracedCalls); a request
-        # an agent sends to a member with task.http is traced here.
-        if not _IN_CALL_MEMBER.get():
-            trace.emit("member_call", task_id=_CURRENT_TASK.get(), callee=callee,
-                       url=url, via="http")
+    def on_request(callee: str, url: str) -> bytes:
+        # call_member's own requests are traced once per call (TracedCalls) and carry
+        # that call's span; a request an agent sends to a member with task.http or
+        # through the forward proxy is a call of its own, traced here.
+        span = _CALL_SPAN.get()
+        if span is not None:
+            return traceparent(span)
+        task_id = _CURRENT_TASK.get()
+        span = call_span(None if task_id is None else spans(task_id))
+        if not _IN_CALL_MEMBER.get():   # call-member's cancels: no call of their own
+            trace.emit("member_call", task_id=task_id, callee=callee, url=url, via="http",
+                       **span.fields())
+        return traceparent(span)
 
     return FormationTransport(_FirstUse(make_inner), tokens=tokens, doors=doors,
                               allow=allow, on_call=on_request)
 
 
 def task_calls(transport: FormationTransport, *, trace: TraceBus, task_id: str,
-               peers: tuple[str, ...], trust: str | None,
+               span: Span | None, peers: tuple[str, ...], trust: str | None,
                deadline: float | None) -> TracedCalls:
-    """The calls object of the task ``task_id``, whose agent code is now running."""
+    """The calls object of the task ``task_id`` (whose span is ``span``), whose agent
+    code is now running."""
     _CURRENT_TASK.set(task_id)
-    return TracedCalls(transport, trace=trace, task_id=task_id, peers=peers, trust=trust,
-                       deadline=deadline)
+    return TracedCalls(transport, trace=trace, task_id=task_id, span=span, peers=peers,
+                       trust=trust, deadline=deadline)
 
 
 class TracedCalls(MemberCalls):
     """``MemberCalls`` that writes one ``member_call`` record per call: the callee and
-    its virtual address, never its door URL or token."""
+    its virtual address, never its door URL or token; the call's span (a child of the
+    task's); and the callee's task id once its door holds the task. The record is
+    written when the offer is settled: held, answered busy (no task id yet), or
+    failed (with the failure's ``outcome``)."""
 
     def __init__(self, transport: FormationTransport, *, trace: TraceBus, task_id: str,
-                 peers: tuple[str, ...], trust: str | None, deadline: float | None) -> None:
+                 span: Span | None, peers: tuple[str, ...], trust: str | None,
+                 deadline: float | None) -> None:
         super().__init__(transport, peers=peers, trust=trust, deadline=deadline)
         self._trace = trace
         self._task_id = task_id
+        self._span = span
 
     async def call_member(self, name: str, text: str) -> CallHandle:
-        if name in self.peers:
-            self._trace.emit("member_call", task_id=self._task_id, callee=name,
-                             url=virtual_address(name))
+        span = call_span(self._span)
         flag = _IN_CALL_MEMBER.set(True)
+        call = _CALL_SPAN.set(span)
         try:
-            return await super().call_member(name, text)
+            handle = await super().call_member(name, text)
+        except CallFailed as failure:
+            if name in self.peers:
+                self._record(name, span, outcome=failure.state)
+            raise
         finally:
+            _CALL_SPAN.reset(call)
             _IN_CALL_MEMBER.reset(flag)
+        self._record(name, span, callee_task_id=handle.task_id)
+        return handle
+
+    def _record(self, callee: str, span: Span, **outcome: str | None) -> None:
+        fields = {key: value for key, value in outcome.items() if value is not None}
+        self._trace.emit("member_call", task_id=self._task_id, callee=callee,
+                         url=virtual_address(callee), **span.fields(), **fields)
 
     async def cancel_outstanding(self) -> None:
         flag = _IN_CALL_MEMBER.set(True)

@@ -32,6 +32,7 @@ from gateway.protocol import PEERS_ENV
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationVerifier
 from gateway.trace_bus import TraceBus
+from gateway.trace_context import TaskSpans
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import DiagnosticError
 from launcher.manifest import Manifest
@@ -176,9 +177,10 @@ class CallsSeam:
     """
 
     def __init__(self, *, manifest: Manifest, place: FormationPlace,
-                 directory: DoorDirectory, trace: TraceBus,
+                 directory: DoorDirectory, trace: TraceBus, spans: TaskSpans,
                  deadline: datetime | None, capsule: str) -> None:
         self._trace = trace
+        self._spans = spans
         self._deadline = deadline
         self._tokens = place.tokens
         self._directory = directory
@@ -202,7 +204,8 @@ class CallsSeam:
             calls_members = bool(self.peers)
             self._transport = formation_transport(
                 tokens=self._tokens, doors=self._directory, allow=self._allow,
-                trace=self._trace, make_inner=lambda: _inner_transport(calls_members))
+                trace=self._trace, spans=self._spans,
+                make_inner=lambda: _inner_transport(calls_members))
         return self._transport
 
     def calls_for(self, run: TaskRun) -> TracedCalls:
@@ -210,7 +213,7 @@ class CallsSeam:
         from launcher.member.calls import task_calls
 
         return task_calls(self.transport, trace=self._trace, task_id=run.id,
-                          peers=self.peers, trust=run.caller.trust,
+                          span=self._spans(run.id), peers=self.peers, trust=run.caller.trust,
                           deadline=monotonic_deadline(self._deadline))
 
     async def aclose(self) -> None:

@@ -39,6 +39,7 @@ from gateway.door import Door, DoorSettings, build_door
 from gateway.jsonrpc import RpcError
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.trace_bus import TraceBus, TraceRecord
+from gateway.trace_context import Span
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.errors import LauncherError
@@ -188,6 +189,9 @@ class MemberSession:
         self._live: dict[str, str] = {}
         #: The trust class of each task the member holds (for the forward proxy).
         self._trusts: dict[str, str] = {}
+        #: Each live task's span (its ``a2a_task_received`` record's), whose children
+        #: its calls are (gateway.trace_context).
+        self._spans: dict[str, Span] = {}
         #: Files whose last write failed and was reported (E-RUN-048 is printed once).
         self._unwritten: set[str] = set()
         self._watchers = _Watchers()
@@ -332,12 +336,16 @@ class MemberSession:
                 if state in TERMINAL_STATES:
                     self._live.pop(task_id, None)
                     self._trusts.pop(task_id, None)
+                    self._spans.pop(task_id, None)
                 else:
                     self._live[task_id] = state
         elif event == "a2a_task_received":
             task_id, trust = record.get("task_id"), record.get("trust")
             if isinstance(task_id, str) and isinstance(trust, str):
                 self._trusts[task_id] = trust
+            trace_id, span_id = record.get("trace_id"), record.get("span_id")
+            if isinstance(task_id, str) and isinstance(trace_id, str) and isinstance(span_id, str):
+                self._spans[task_id] = Span(trace_id, span_id)
 
     def _ask_operator(self, task_id: str, question: str) -> None:
         """A ``--task`` run whose task asks for input says so on stderr, with the
@@ -415,7 +423,8 @@ class MemberSession:
     def _calls_seam(self) -> CallsSeam:
         assert self._directory is not None
         return CallsSeam(manifest=self.manifest, place=self.place, directory=self._directory,
-                         trace=self.bus, deadline=self.options.deadline,
+                         trace=self.bus, spans=self._spans.get,
+                         deadline=self.options.deadline,
                          capsule=self.options.capsule)
 
     def _reserve_proxy(self) -> ProxySlot:

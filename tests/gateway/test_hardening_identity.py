@@ -100,7 +100,8 @@ async def test_call_to_a_member_whose_door_is_gone_shows_the_agent_no_door_addre
         trace.add_sink(records.append)
         transport = formation_transport(
             tokens={"coder": CODER_TOKEN}, doors=Doors({"coder": f"http://127.0.0.1:{port}"}),
-            allow=["localhost"], trace=trace, make_inner=lambda: inner_of(inner))
+            allow=["localhost"], trace=trace, spans={}.get,
+            make_inner=lambda: inner_of(inner))
         seen: dict[str, BaseException] = {}
 
         async def run(task: TaskContext) -> str:
@@ -116,7 +117,8 @@ async def test_call_to_a_member_whose_door_is_gone_shows_the_agent_no_door_addre
             return "unreachable: the call cannot succeed"
 
         def calls_for(run: TaskRun) -> MemberCalls:
-            return task_calls(transport, trace=trace, task_id=run.id, peers=("coder",),
+            return task_calls(transport, trace=trace, task_id=run.id, span=None,
+                              peers=("coder",),
                               trust=run.caller.trust, deadline=time.monotonic() + 20)
 
         agent = python_agent(run, AgentEnvironment(member="entry"), calls_factory=calls_for)

@@ -20,6 +20,7 @@ from gateway.door import DoorSettings, build_door
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationKey, FormationVerifier
 from gateway.trace_bus import TraceBus
+from gateway.trace_context import Span
 from launcher.channel import ChannelCredentials, DoorDirectory
 from launcher.diagnostics import DiagnosticError
 from launcher.ids import new_formation_id
@@ -224,15 +225,23 @@ class _Run:
 
 
 @pytest.fixture
-def callee_app(monkeypatch: pytest.MonkeyPatch) -> Any:
+def callee_records() -> list[dict[str, Any]]:
+    """The trace records of the coder's door (``callee_app``)."""
+    return []
+
+
+@pytest.fixture
+def callee_app(monkeypatch: pytest.MonkeyPatch, callee_records: list[dict[str, Any]]) -> Any:
     """The coder's real door behind httpx.ASGITransport, as the planner's inner transport."""
+    callee_trace = TraceBus()
+    callee_trace.add_sink(callee_records.append)
     settings = DoorSettings(card=CardInfo(name="coder", description="d", version="1",
                                           member="coder", formation_id=FORMATION),
                             gate=GateConfig(concurrency=4))
     policy = AuthPolicy(authenticated=True, verifier=FormationVerifier(KEY.public_bytes,
                                                                        FORMATION),
                         member="coder", accept_peer_tasks=True)
-    door = build_door(_echo, settings, policy=policy)
+    door = build_door(_echo, settings, policy=policy, trace=callee_trace)
     monkeypatch.setattr(member_door, "_inner_transport",
                         lambda calls: httpx.ASGITransport(app=door.app))
     return door
@@ -247,7 +256,7 @@ async def test_a_call_carries_the_trust_of_the_task_and_is_traced_by_name_only(
     directory.set({"coder": "http://127.0.0.1:4301"})
     seam = CallsSeam(manifest=manifest("capabilities: {network: {allow: [localhost]}}\n"),
                      place=place("planner", ("coder",)), directory=directory, trace=bus,
-                     deadline=None, capsule="local/planner")
+                     spans={}.get, deadline=None, capsule="local/planner")
     for task_id, trust in (("t-op", "trusted"), ("t-client", "untrusted")):
         calls = seam.calls_for(_Run(task_id, trust))  # type: ignore[arg-type]
         handle = await calls.call_member("coder", "hello")
@@ -271,7 +280,7 @@ async def test_task_http_to_a_member_is_traced_and_a_non_callee_is_refused(
     directory.set({"coder": "http://127.0.0.1:4301"})
     seam = CallsSeam(manifest=manifest("capabilities: {network: {allow: [localhost]}}\n"),
                      place=place("planner", ("coder",)), directory=directory, trace=bus,
-                     deadline=None, capsule="local/planner")
+                     spans={}.get, deadline=None, capsule="local/planner")
     calls = seam.calls_for(_Run("t1", "trusted"))  # type: ignore[arg-type]
     response = await calls.http.post(
         "http://coder.formation.invalid/", headers={"A2A-Version": "1.0"},
@@ -288,10 +297,70 @@ async def test_task_http_to_a_member_is_traced_and_a_non_callee_is_refused(
 
 async def test_a_member_in_no_formation_still_gets_task_http_through_its_grant() -> None:
     seam = CallsSeam(manifest=manifest(), place=FormationPlace(), directory=DoorDirectory(),
-                     trace=TraceBus(), deadline=None, capsule="local/coder")
+                     trace=TraceBus(), spans={}.get, deadline=None, capsule="local/coder")
     calls = seam.calls_for(_Run("t1", "trusted"))  # type: ignore[arg-type]
     assert calls.peers == ()
     with pytest.raises(httpx.TransportError, match="network.allow"):
         await calls.http.get("http://example.com/")
     await calls.aclose()
     await seam.aclose()
+
+
+# --------------------------------------------------------------------- trace context
+
+
+def _planner_seam(records: list[dict[str, Any]], spans: dict[str, Span]) -> CallsSeam:
+    bus = TraceBus()
+    bus.add_sink(records.append)
+    directory = DoorDirectory(callees=("coder",))
+    directory.set({"coder": "http://127.0.0.1:4301"})
+    return CallsSeam(manifest=manifest("capabilities: {network: {allow: [localhost]}}\n"),
+                     place=place("planner", ("coder",)), directory=directory, trace=bus,
+                     spans=spans.get, deadline=None, capsule="local/planner")
+
+
+def _received(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["event"] == "a2a_task_received"]
+
+
+async def test_a_call_member_call_is_a_child_span_of_its_task_and_names_the_callee_task(
+        callee_app: Any, callee_records: list[dict[str, Any]]) -> None:
+    task = Span("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", None)
+    records: list[dict[str, Any]] = []
+    seam = _planner_seam(records, {"t1": task})
+    calls = seam.calls_for(_Run("t1", "trusted"))  # type: ignore[arg-type]
+    handle = await calls.call_member("coder", "hello")
+    assert await handle == "trusted:hello"
+    await calls.aclose()
+    await seam.aclose()
+    [call] = [r for r in records if r["event"] == "member_call"]
+    [received] = _received(callee_records)
+    assert call["trace_id"] == received["trace_id"] == task.trace_id
+    assert call["parent_span_id"] == task.span_id
+    assert received["parent_span_id"] == call["span_id"] != task.span_id
+    assert received["span_id"] not in (call["span_id"], task.span_id)
+    assert call["callee_task_id"] == received["task_id"] == handle.task_id
+
+
+async def test_a_component_cannot_forge_the_trace_context_of_its_call(
+        callee_app: Any, callee_records: list[dict[str, Any]]) -> None:
+    # An agent that sends its own traceparent (to graft its call onto another trace, or
+    # to hide it from its task's tree) has it replaced by the runtime's.
+    task = Span("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", None)
+    forged = "00-11111111111111111111111111111111-2222222222222222-01"
+    records: list[dict[str, Any]] = []
+    seam = _planner_seam(records, {"t1": task})
+    calls = seam.calls_for(_Run("t1", "trusted"))  # type: ignore[arg-type]
+    response = await calls.http.post(
+        "http://coder.formation.invalid/",
+        headers={"A2A-Version": "1.0", "traceparent": forged, "tracestate": "x=1"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}})
+    assert response.status_code == 200, response.text
+    await calls.aclose()
+    await seam.aclose()
+    [call] = [r for r in records if r["event"] == "member_call"]
+    assert call["via"] == "http" and call["parent_span_id"] == task.span_id
+    [received] = _received(callee_records)
+    assert received["trace_id"] == task.trace_id != forged.split("-")[1]
+    assert received["parent_span_id"] == call["span_id"]
