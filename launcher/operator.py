@@ -760,7 +760,8 @@ def logs(args: argparse.Namespace) -> int:
 
 
 def trace_show(args: argparse.Namespace) -> int:
-    """``mur trace show <frm_…|ses_…> [--json]``: records merged in time order."""
+    """``mur trace show <frm_…|ses_…> [--json] [--tree | --follow]``: records merged in
+    time order, or their call tree, or (``--follow``) the live records."""
     fail = _failer("trace show", args)
     ident: str = args.id
     if not (is_formation_id(ident) or is_session_id(ident)):
@@ -775,6 +776,13 @@ def trace_show(args: argparse.Namespace) -> int:
         return fail(f"no trace of {kind} {ident} under the records of this "
                                    "MURMUR_HOME")
     out = sys.stdout
+    if getattr(args, "tree", False):
+        from launcher.trace_tree import build_tree, render_tree, tree_json
+
+        roots = build_tree(records)
+        out.write(json.dumps([tree_json(root) for root in roots], ensure_ascii=False) + "\n"
+                  if args.json else render_tree(roots, f"{kind} {ident}"))
+        return 0
     for record in records:
         out.write((json.dumps(record, ensure_ascii=False) if args.json
                    else render_record(record)) + "\n")

@@ -165,9 +165,22 @@ def _register_trace(subparsers: Any) -> None:
     show = trace_sub.add_parser(
         "show", help="print a formation's or a session's trace",
         description="Print the trace records of every member of a formation, merged in "
-                    "time order, or of one session.")
+                    "time order, or of one session. --tree prints the call tree instead: "
+                    "each task a member received, with the calls it made to other members "
+                    "and their tasks under it (linked by W3C trace context), how long each "
+                    "took and how it ended. --follow prints the records of a running "
+                    "formation or session as they happen (murmur.WatchSession at each "
+                    "member's door) until it ends or you press Ctrl-C.")
     show.add_argument("id", metavar="ID", help="a formation id (frm_...) or session id (ses_...)")
-    show.add_argument("--json", action="store_true", help="print the raw records, one a line")
+    show.add_argument("--json", action="store_true",
+                      help="print the raw records, one a line (with --tree: the tree as JSON)")
+    mode = show.add_mutually_exclusive_group()
+    mode.add_argument("--tree", action="store_true",
+                      help="print the call tree: who called whom, for which task, how long, "
+                           "how it ended")
+    mode.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing records as they happen, until the formation or "
+                           "session ends")
     show.set_defaults(handler=_operator("trace_show"))
 
 
