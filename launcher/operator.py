@@ -25,6 +25,7 @@ from gateway.protocol import A2A_VERSION, VERSION_HEADER
 from launcher.durations import DURATION_FORMS, parse_duration
 from launcher.errors import LauncherError
 from launcher.ids import is_formation_id, is_session_id
+from launcher.live_tasks import live_tasks, render_tasks
 from launcher.process import escape_control
 from launcher.records import (
     OPERATOR_TOKEN_FILE,
@@ -176,7 +177,7 @@ def _session_row(record: RunningRecord, entry: str | None) -> dict[str, Any]:
             "entry": entry is not None and record.member == entry, "pid": record.pid,
             "capsule": record.capsule, "version": record.version,
             "door_url": record.door_url, "records_dir": record.records_dir,
-            "started": record.started}
+            "started": record.started, "tasks": live_tasks(record.records_dir)}
 
 
 def running_state(live: list[RunningRecord]) -> dict[str, Any]:
@@ -219,16 +220,17 @@ def render_ps(state: dict[str, Any]) -> str:
                     else "launcher gone")
         lines.append(f"formation {formation['formation_id']}  {launcher}  project "
                      f"{formation['project_dir'] or '-'}")
-        rows = [["MEMBER", "ENTRY", "SESSION", "PID", "DOOR"]]
+        rows = [["MEMBER", "ENTRY", "SESSION", "PID", "TASKS", "DOOR"]]
         rows += [[m["member"] or "-", "yes" if m["entry"] else "", m["session_id"],
-                  str(m["pid"]), m["door_url"] or "-"] for m in formation["members"]]
+                  str(m["pid"]), render_tasks(m["tasks"]), m["door_url"] or "-"]
+                 for m in formation["members"]]
         lines += _table(rows, "  ") if len(rows) > 1 else ["  (no member running)"]
     if state["sessions"]:
         if lines:
             lines.append("")
-        rows = [["SESSION", "CAPSULE", "VERSION", "PID", "DOOR"]]
+        rows = [["SESSION", "CAPSULE", "VERSION", "PID", "TASKS", "DOOR"]]
         rows += [[s["session_id"], s["capsule"] or "-", s["version"] or "-", str(s["pid"]),
-                  s["door_url"] or "-"] for s in state["sessions"]]
+                  render_tasks(s["tasks"]), s["door_url"] or "-"] for s in state["sessions"]]
         lines += _table(rows)
     return "\n".join(lines) + "\n" if lines else "nothing is running\n"
 
@@ -772,10 +774,23 @@ def trace_show(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"the records of {kind} {ident} cannot be read "
                                    f"({exc.strerror or exc})")
+    if records is None and getattr(args, "follow", False) and is_running(ident):
+        records = []                      # coming up: its traces are not written yet
     if records is None:
         return fail(f"no trace of {kind} {ident} under the records of this "
                                    "MURMUR_HOME")
     out = sys.stdout
+    if getattr(args, "follow", False):
+        from launcher.trace_follow import follow_trace
+
+        def write(record: dict[str, Any]) -> None:
+            out.write((json.dumps(record, ensure_ascii=False) if args.json
+                       else render_record(record)) + "\n")
+            out.flush()
+
+        for record in records:
+            write(record)
+        return follow_trace(ident, records, write)
     if getattr(args, "tree", False):
         from launcher.trace_tree import build_tree, render_tree, tree_json
 
