@@ -75,6 +75,7 @@ from launcher.member.place import FormationPlace, close_place
 from launcher.member.proxy_slot import ProxySlot
 from launcher.member.server import DoorServer
 from launcher.member.shutdown import ExitFn, ProtocolOut, SignalGuard, Watchdog, hard_exit
+from launcher.member.span_export import SpanExport, start_span_export
 from launcher.process import (
     divert_stderr_to,
     escape_control,
@@ -109,6 +110,8 @@ UPSTREAM_STOP_SECONDS = 11.0
 HEALTH_SECONDS = 10.0
 #: How long uvicorn may take to close its connections at the end.
 SERVER_STOP_SECONDS = 5.0
+#: The longest the session's end waits for its last spans to reach the OTLP collector.
+SPAN_FLUSH_SECONDS = 4.0
 #: How long after the lifeline closed a peer looks for its launcher having gone.
 LAUNCHER_GONE_SECONDS = 2.0
 _RUNNING_STATES = frozenset({TaskState.WORKING, TaskState.INPUT_REQUIRED,
@@ -192,6 +195,7 @@ class MemberSession:
         #: Each live task's span (its ``a2a_task_received`` record's), whose children
         #: its calls are (gateway.trace_context).
         self._spans: dict[str, Span] = {}
+        self._span_export: SpanExport | None = None
         #: Files whose last write failed and was reported (E-RUN-048 is printed once).
         self._unwritten: set[str] = set()
         self._watchers = _Watchers()
@@ -278,6 +282,11 @@ class MemberSession:
                 what="the session's records")) from None
         self.bus.add_sink(self._write_record)
         self.bus.add_sink(self._track_task)
+        self._span_export = start_span_export(
+            member=self.place.member or self.options.capsule, session_id=self.plan.session_id,
+            formation_id=self.place.formation_id)
+        if self._span_export is not None:
+            self.bus.add_sink(self._span_export)
         try:
             write_running(self._running_record(records))
         except OSError as exc:
@@ -889,6 +898,8 @@ class MemberSession:
             if self._directory is not None:
                 self._directory.close()
             close_place(self.place)
+            if self._span_export is not None:   # after session_end: the last spans out
+                await _bounded(asyncio.to_thread(self._span_export.close), SPAN_FLUSH_SECONDS)
         finally:
             remove_running(self.plan.session_id)
             if self.writer is not None:
