@@ -40,6 +40,9 @@ from gateway.tokens import FormationVerifier
 from tests.support.auth import FORMATION, KEY, mint
 from tests.support.proxy_fakes import Doors
 
+#: What the rig's call hook (the member runtime's, in a member) gives each call.
+CALL_TRACEPARENT = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
 CODER_TOKEN = mint("planner", "coder")
 STREAMER_TOKEN = mint("planner", "streamer")
 GHOST_TOKEN = mint("planner", "ghost")
@@ -301,7 +304,8 @@ async def make_rig() -> AsyncIterator[RigFactory]:
             transport = FormationTransport(
                 net, tokens=TOKENS, doors=doors,
                 allow=["localhost"] if allow is None else allow,
-                on_call=lambda callee, url: calls.append((callee, url)), door_wait=0.3)
+                on_call=lambda callee, url: calls.append((callee, url)) or CALL_TRACEPARENT,
+                door_wait=0.3)
             stack.push_async_callback(transport.aclose)
             proxy = ForwardProxy(transport, trust=lambda: trust[0], limits=limits)
             await proxy.start()
@@ -505,6 +509,20 @@ async def test_an_agent_claiming_trust_or_a_token_of_its_own_gets_neither(rig: R
     assert seen.values("x-murmur-task-trust") == ["untrusted"]
     assert seen.values("x-murmur-task-origin") == ["peer"]
     rig.assert_clean(answer.data)
+
+
+async def test_an_agent_forging_its_calls_trace_context_gets_the_runtimes(rig: Rig) -> None:
+    # The runtime's hook gives each call its span; an agent's own traceparent would
+    # graft the call onto a trace of its choosing, or hide it from its task's tree.
+    extra = ("traceparent: 00-11111111111111111111111111111111-2222222222222222-01\r\n"
+             "tracestate: forged=1\r\nA2A-Version: 1.0\r\n")
+    answer = await exchange(rig, request(rig, "http://coder.formation.invalid/",
+                                         method="POST", host="coder.formation.invalid",
+                                         extra=extra, body=rpc_body()))
+    assert answer.status == 200
+    [seen] = rig.door.seen
+    assert seen.values("traceparent") == [CALL_TRACEPARENT.decode()]
+    assert seen.values("tracestate") == []
 
 
 async def test_trust_is_stamped_trusted_only_while_the_member_says_so(rig: Rig) -> None:
