@@ -30,6 +30,8 @@
     ├── DoorAddressMissing .......... channel: no door address for a callee in time
     │                                 (a TimeoutError, as the proxy's directory expects)
     ├── RunningRecordsUnreadable .... records: running/ cannot be listed (an OSError)
+    ├── AuditRefused ................ audit: no edges recorded to check a formation's
+    │                                 calls against (exit 2)
     └── PeerDirectoryExists ......... records: a peer's work folder is there already
                                       (a FileExistsError)
 

@@ -29,7 +29,7 @@ import errno
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -439,19 +439,25 @@ class FormationMarker:
     project_dir: str
     launcher_pid: int
     launcher_start: str  # "" when it could not be read
+    #: The roster edges admitted at launch, (caller, callee) in roster order; ``None``
+    #: when the marker holds none (written before ``mur audit`` existed, or damaged).
+    edges: tuple[tuple[str, str], ...] | None = None
 
     def launcher_alive(self) -> bool:
         return pid_alive(self.launcher_pid, self.launcher_start or None)
 
 
 def write_formation_marker(formation_id: str, *, project_dir: str | os.PathLike[str],
-                           launcher_pid: int, launcher_start: str | None) -> Path:
+                           launcher_pid: int, launcher_start: str | None,
+                           edges: Iterable[tuple[str, str]] = ()) -> Path:
     """Write ``formation.json`` (mode 0600, created, never replaced). Call it before the
-    first peer directory. On OSError the launcher launches anyway and prints
+    first peer directory. ``edges`` are the admitted roster's, which ``mur audit`` checks
+    the traces against. On OSError the launcher launches anyway and prints
     :func:`format_no_marker_warning`."""
     path = formation_dir(formation_id) / MARKER_FILE
     data = {"project_dir": os.path.realpath(project_dir), "launcher_pid": launcher_pid,
-            "launcher_start": launcher_start or ""}
+            "launcher_start": launcher_start or "",
+            "edges": [{"from": caller, "to": callee} for caller, callee in edges]}
     _write_new(path, json.dumps(data, indent=2).encode("utf-8") + b"\n")
     return path
 
@@ -473,7 +479,22 @@ def read_formation_marker(formation_id: str) -> FormationMarker | None:
         return None
     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, str):
         return None
-    return FormationMarker(project_dir=project, launcher_pid=pid, launcher_start=start)
+    return FormationMarker(project_dir=project, launcher_pid=pid, launcher_start=start,
+                           edges=_marker_edges(data.get("edges")))
+
+
+def _marker_edges(value: Any) -> tuple[tuple[str, str], ...] | None:
+    """``[{"from": caller, "to": callee}, ...]`` as pairs; ``None`` unless every entry is
+    exactly that."""
+    if not isinstance(value, list):
+        return None
+    edges = []
+    for entry in value:
+        if not (isinstance(entry, dict) and set(entry) == {"from", "to"}
+                and isinstance(entry["from"], str) and isinstance(entry["to"], str)):
+            return None
+        edges.append((entry["from"], entry["to"]))
+    return tuple(edges)
 
 
 def format_no_marker_warning(reason: str) -> str:

@@ -1,4 +1,5 @@
-"""``mur graph``: parsing only; the drawing is ``launcher.graph``."""
+"""``mur graph`` and ``mur audit``: parsing only; the drawing is ``launcher.graph``, the
+checking ``launcher.audit``."""
 
 from __future__ import annotations
 
@@ -24,6 +25,53 @@ def register(subparsers: Any) -> None:
     graph.add_argument("-o", "--output", type=Path, metavar="FILE",
                        help="write it to FILE instead of standard output")
     graph.set_defaults(handler=_graph)
+    _register_audit(subparsers)
+
+
+def _register_audit(subparsers: Any) -> None:
+    audit = subparsers.add_parser(
+        "audit", help="check that every call of a formation crossed an admitted roster edge",
+        description="Check every formation-token call in a formation's traces (each task "
+                    "a member's door received from another member, each call a member "
+                    "recorded making) against the roster edges admitted at launch, which "
+                    "the launcher recorded in the formation's formation.json. Prints each "
+                    "call along no admitted edge, with the trace file and line that holds "
+                    "it. Exit 0: every call along an admitted edge; 1: violations; 2: the "
+                    "formation cannot be audited.")
+    audit.add_argument("formation", metavar="FORMATION_ID",
+                       help="the formation (frm_...); `mur ps` and `mur trace show` name them")
+    audit.add_argument("--json", action="store_true",
+                       help="print one JSON object: formation_id, ok, edges, calls_checked, "
+                            "violations")
+    audit.set_defaults(handler=_audit)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    import json
+
+    from launcher.audit import AuditRefused, audit, render_report
+    from launcher.ids import is_formation_id
+
+    def fail(message: str) -> int:
+        if args.json:
+            print(json.dumps({"ok": False, "command": "mur audit", "error": message,
+                              "exit_status": 2}))
+        else:
+            print(f"mur audit: {message}", file=sys.stderr)
+        return 2
+
+    if not is_formation_id(args.formation):
+        return fail(f"{args.formation!r} is not a formation id (frm_ followed by 32 "
+                    "lowercase hex digits)")
+    try:
+        report = audit(args.formation)
+    except AuditRefused as refused:
+        return fail(str(refused))
+    except OSError as exc:
+        return fail(f"the traces of {args.formation} cannot be read ({exc.strerror or exc})")
+    sys.stdout.write(json.dumps(report.to_json()) + "\n" if args.json
+                     else render_report(report))
+    return 1 if report.violations else 0
 
 
 def _graph(args: argparse.Namespace) -> int:

@@ -339,7 +339,8 @@ class Launch:
             write_formation_marker(self.formation_id,
                                    project_dir=self.admitted.project_dir,
                                    launcher_pid=os.getpid(),
-                                   launcher_start=process_start_time(os.getpid()))
+                                   launcher_start=process_start_time(os.getpid()),
+                                   edges=self.admitted.ordered_edges())
         except OSError as exc:
             _say(format_no_marker_warning(exc.strerror or str(exc)))
         for peer in self.admitted.peers:

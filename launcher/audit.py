@@ -1,0 +1,141 @@
+"""``mur audit <formation-id>``: every formation-token call in a formation's traces,
+checked against the roster edges admitted at launch (docs/audit.md).
+
+In this order:
+
+1. the edges come from the formation's ``formation.json``, written by the launcher
+   before any member started and never rewritten; a formation without them cannot be
+   audited (:class:`AuditRefused`, exit 2);
+2. every member's trace is read line by line (``launcher.trace.find_formation_traces``);
+3. each formation-token call found is checked: an ``a2a_task_received`` whose caller is
+   a formation member (``formation_member``) is the call caller → the trace's member;
+   a ``member_call`` is the call the trace's member → ``callee``. Both sides are
+   checked, so a record forged on either side, or a call one side did not record,
+   still shows;
+4. a call along no admitted edge is a :class:`Violation`; the report lists each one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import LauncherError
+from launcher.records import read_formation_marker
+from launcher.trace import find_formation_traces
+
+__all__ = ["AuditRefused", "AuditReport", "Violation", "audit", "render_report"]
+
+Edge = tuple[str, str]
+
+
+class AuditRefused(LauncherError):
+    """The formation cannot be audited: no ``formation.json``, or one without edges."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One call along no admitted edge, where the trace holds it."""
+
+    trace: str
+    line: int
+    ts: str
+    event: str
+    caller: str
+    callee: str
+    task_id: str
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    formation_id: str
+    edges: tuple[Edge, ...]
+    calls_checked: int
+    violations: tuple[Violation, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"formation_id": self.formation_id, "ok": not self.violations,
+                "edges": [{"from": caller, "to": callee} for caller, callee in self.edges],
+                "calls_checked": self.calls_checked,
+                "violations": [asdict(violation) for violation in self.violations]}
+
+
+def audit(formation_id: str) -> AuditReport:
+    """Check every formation-token call of ``formation_id``'s traces against its edges.
+    Raises AuditRefused when the edges admitted at launch are not known."""
+    marker = read_formation_marker(formation_id)
+    if marker is None:
+        raise AuditRefused(f"formation {formation_id} has no readable formation.json in "
+                           "this MURMUR_HOME (its records were removed, or it never ran here)")
+    if marker.edges is None:
+        raise AuditRefused(f"the formation.json of {formation_id} records no edges (it was "
+                           "launched by a mur that did not write them): nothing to check "
+                           "its calls against")
+    allowed = set(marker.edges)
+    checked = 0
+    violations: list[Violation] = []
+    for member, path in find_formation_traces(formation_id):
+        for line, record in _numbered_records(path):
+            call = _call_of(member, record)
+            if call is None:
+                continue
+            checked += 1
+            if call not in allowed:
+                violations.append(Violation(
+                    trace=str(path), line=line, ts=str(record.get("ts", "")),
+                    event=str(record.get("event")), caller=call[0], callee=call[1],
+                    task_id=str(record.get("task_id") or "")))
+    return AuditReport(formation_id, marker.edges, checked, tuple(violations))
+
+
+def _numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of each JSON-object line of a trace; a missing trace has
+    none (a member that never started writing)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield number, record
+
+
+def _call_of(member: str, record: dict[str, Any]) -> Edge | None:
+    """The edge a record says a formation token crossed, or None for any other record."""
+    event = record.get("event")
+    if event == "a2a_task_received":
+        caller = record.get("formation_member")
+        return (caller, member) if isinstance(caller, str) else None
+    if event == "member_call":
+        callee = record.get("callee")
+        return (member, callee) if isinstance(callee, str) else None
+    return None
+
+
+def render_report(report: AuditReport) -> str:
+    """The report for people: each violation, then one summary line."""
+    from launcher.process import escape_control
+
+    lines = [f"violation: {escape_control(v.caller)} → {escape_control(v.callee)} is no "
+             f"admitted edge  ({escape_control(v.event)} {escape_control(v.task_id) or '-'} "
+             f"at {escape_control(v.ts)}, {v.trace}:{v.line})"
+             for v in report.violations]
+    edges = len(report.edges)
+    calls = f"{report.calls_checked} call{'s' * (report.calls_checked != 1)} checked"
+    if report.violations:
+        count = len(report.violations)
+        lines.append(f"mur audit: {report.formation_id}: {count} "
+                     f"violation{'s' * (count != 1)} in {calls}")
+    else:
+        lines.append(f"mur audit: {report.formation_id}: {calls}, all along the {edges} "
+                     f"admitted edge{'s' * (edges != 1)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,99 @@
+"""launcher.audit and the ``edges`` of formation.json, on synthetic traces under a
+temporary MURMUR_HOME."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.audit import AuditRefused, audit, render_report
+from launcher.ids import new_formation_id, new_session_id
+from launcher.records import (
+    formation_dir,
+    formation_records,
+    make_formation_dir,
+    read_formation_marker,
+    write_formation_marker,
+)
+
+EDGES = [("planner", "coder")]
+
+
+def formation(murmur_home: Path, edges: list[tuple[str, str]] | None = EDGES) -> str:
+    formation_id = new_formation_id()
+    make_formation_dir(formation_id)
+    write_formation_marker(formation_id, project_dir="/p", launcher_pid=1,
+                           launcher_start="", edges=edges or ())
+    return formation_id
+
+
+def trace(formation_id: str, member: str, *records: dict[str, Any]) -> Path:
+    session = formation_records(formation_id) / member / new_session_id()
+    session.mkdir(parents=True)
+    path = session / "trace.jsonl"
+    start = {"ts": "2026-12-03T10:00:00.000Z", "event": "session_start",
+             "formation_id": formation_id, "formation_member": member}
+    path.write_text("".join(json.dumps(r) + "\n" for r in (start, *records)))
+    return path
+
+
+def test_the_marker_keeps_the_edges_in_order(murmur_home: Path) -> None:
+    formation_id = formation(murmur_home, [("a", "b"), ("a", "c"), ("b", "c")])
+    marker = read_formation_marker(formation_id)
+    assert marker is not None and marker.edges == (("a", "b"), ("a", "c"), ("b", "c"))
+    data = json.loads((formation_dir(formation_id) / "formation.json").read_text())
+    assert data["edges"][0] == {"from": "a", "to": "b"}
+
+
+@pytest.mark.parametrize("edges", [None, "all", [{"from": "a"}], [{"from": "a", "to": 1}],
+                                   [{"from": "a", "to": "b", "extra": 1}]])
+def test_a_marker_without_well_formed_edges_has_none(murmur_home: Path, edges: Any) -> None:
+    formation_id = formation(murmur_home)
+    path = formation_dir(formation_id) / "formation.json"
+    data = json.loads(path.read_text())
+    if edges is None:
+        del data["edges"]
+    else:
+        data["edges"] = edges
+    path.write_text(json.dumps(data))
+    marker = read_formation_marker(formation_id)
+    assert marker is not None and marker.edges is None
+    with pytest.raises(AuditRefused, match="records no edges"):
+        audit(formation_id)
+
+
+def test_calls_along_edges_are_clean_and_each_forgery_is_found(murmur_home: Path) -> None:
+    formation_id = formation(murmur_home)
+    trace(formation_id, "planner",
+          {"ts": "t1", "event": "member_call", "task_id": "p1", "callee": "coder"},
+          {"ts": "t2", "event": "a2a_task_received", "task_id": "p1",
+           "credential": "operator"})
+    coder = trace(formation_id, "coder",
+                  {"ts": "t3", "event": "a2a_task_received", "task_id": "c1",
+                   "formation_member": "planner"})
+    report = audit(formation_id)
+    assert (report.calls_checked, report.violations) == (2, ())
+    assert render_report(report).endswith("2 calls checked, all along the 1 admitted edge\n")
+
+    with coder.open("a") as out:
+        out.write("{torn line\n")
+        out.write(json.dumps({"ts": "t4", "event": "member_call", "task_id": "c1",
+                              "callee": "planner"}) + "\n")
+        out.write(json.dumps({"ts": "t5", "event": "a2a_task_received", "task_id": "c2",
+                              "formation_member": "coder\x1b[2J"}) + "\n")
+    report = audit(formation_id)
+    assert report.calls_checked == 4
+    assert [(v.caller, v.callee, v.line, v.event) for v in report.violations] == [
+        ("coder", "planner", 4, "member_call"),
+        ("coder\x1b[2J", "coder", 5, "a2a_task_received")]
+    text = render_report(report)
+    assert "\x1b" not in text and text.endswith("2 violations in 4 calls checked\n")
+    assert report.to_json()["ok"] is False
+
+
+def test_a_formation_with_no_marker_cannot_be_audited(murmur_home: Path) -> None:
+    with pytest.raises(AuditRefused, match="no readable formation.json"):
+        audit(new_formation_id())
