@@ -235,11 +235,12 @@ def test_formation_dir_and_marker_are_owner_only(murmur_home: Path, tmp_path: Pa
     link = tmp_path / "proj-link"
     link.symlink_to(project)
     marker = records.write_formation_marker(formation, project_dir=link,
-                                            launcher_pid=os.getpid(), launcher_start=None)
+                                            launcher_pid=os.getpid(), launcher_start=None,
+                                            edges=[("a", "b")])
     assert mode(marker) == 0o600
     data = json.loads(marker.read_text())
     assert data == {"project_dir": os.path.realpath(project), "launcher_pid": os.getpid(),
-                    "launcher_start": ""}
+                    "launcher_start": "", "edges": [{"from": "a", "to": "b"}]}
     parsed = records.read_formation_marker(formation)
     assert parsed is not None and parsed.project_dir == os.path.realpath(project)
     with pytest.raises(FileExistsError):  # a marker is never replaced
