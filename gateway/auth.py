@@ -10,7 +10,8 @@ this order; the first failure answers and nothing after it is read (docs/door-au
    reaches a door in no formation, or any unexpected error while verifying;
 3. ``403 not_permitted``: a valid formation token issued for another member's door;
 4. the method is read: from the JSON-RPC body of ``POST /`` (bounded: ``413`` past
-   ``max_body``), from the path for the agent card and ``resources/files``, from the verb
+   ``max_body``), from the path for the agent card, ``resources/files`` and ``/metrics``
+   (``Metrics``: the operator, or a declared credential with that scope), from the verb
    and path for the HTTP+JSON binding (:func:`gateway.rest_routes.match_rest`, whose
    body the REST endpoint reads);
 5. ``403 insufficient_scope``: a method outside the credential's scopes, unless the
@@ -56,12 +57,14 @@ from gateway.errors import GatewayError
 from gateway.http_io import BodyTooLarge, requested_version, serves_version
 from gateway.http_io import header as first_header
 from gateway.jsonrpc import STRICT_JSON
+from gateway.metrics import METHOD_SCOPE_KEY, METRICS_METHOD, DoorMetrics
 from gateway.protocol import (
     CARD_PATH,
     FILES_PATH,
     FILES_PREFIX,
     HEALTH_PATH,
     MEMBER_NAME_RE,
+    METRICS_PATH,
     ORIGIN_HEADER,
     TRUST_HEADER,
     VERSION_HEADER,
@@ -381,9 +384,13 @@ class DoorAuth:
     formation ``Authorization`` value this door verified before found with one lookup.
     """
 
-    def __init__(self, app: ASGIApp, policy: AuthPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: AuthPolicy,
+                 metrics: DoorMetrics | None = None) -> None:
         self.app = app
         self.policy = policy
+        #: Refusals and credential checks are counted here (gateway.metrics).
+        self._metrics = metrics if metrics is not None else DoorMetrics()
+        self._verifications = self._metrics.verifications
         self._authenticated = policy.authenticated
         self._operator = policy.operator
         self._operator_caller = (
@@ -472,6 +479,7 @@ class DoorAuth:
         admitted = self._admitted.get(authorization)
         if admitted is not None:  # a formation token this door verified before
             caller = admitted[trusted]
+            self._verifications["cached"] += 1
         elif not authorization.startswith(_BEARER):
             await self._refuse(scope, receive, send, "invalid_token", "not 'Bearer <token>'")
             return
@@ -479,17 +487,21 @@ class DoorAuth:
             try:
                 caller = self._authenticate(authorization, trusted)
             except InvalidToken as refused:
+                self._verifications["refused"] += 1
                 await self._refuse(scope, receive, send, "invalid_token", str(refused))
                 return
             except _NotPermitted as verdict:
+                self._verifications["refused"] += 1
                 await self._refuse(scope, receive, send, "not_permitted", member=verdict.member)
                 return
             except Exception as exc:  # noqa: BLE001 - any failure to verify is a refusal
                 # The class only: an exception's text could quote what it was handed.
                 logger.warning("door: credential check raised %s; answered 401 invalid_token",
                                type(exc).__name__)
+                self._verifications["refused"] += 1
                 await self._refuse(scope, receive, send, "invalid_token", "verification error")
                 return
+            self._verifications["verified"] += 1
 
         # 4: the method, read only now that the caller is known.
         method: str | None = None
@@ -526,11 +538,16 @@ class DoorAuth:
             method = "AgentCard"
         elif path == FILES_PATH or path.startswith(FILES_PREFIX):
             method = "resources/files"
+        elif path == METRICS_PATH:
+            method = METRICS_METHOD
         elif is_http:
             match = match_rest(scope["method"], path)
             if match is not None and match.route is not None:
                 rest = match.route
                 method = rest.method
+
+        if method is not None:
+            scope[METHOD_SCOPE_KEY] = method      # the request's label (gateway.metrics)
 
         # 5-8: scope, peer tasks, Host, then a body that is not one call.
         credential = caller.credential
@@ -677,6 +694,7 @@ class DoorAuth:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str,
                       reason: str = "", **fields: str) -> None:
         status, headers, body = _answer(code, **fields)
+        self._metrics.refusal(code)
         if logger.isEnabledFor(logging.INFO):
             who = fields.get("credential") or fields.get("member")
             logger.info(

@@ -30,6 +30,11 @@ TASK_METHODS: frozenset[str] = frozenset(
 OPERATOR_METHODS: frozenset[str] = TASK_METHODS | {
     "murmur.WatchSession", "murmur.StopSession", "resources/files", "AgentCard",
 }
+#: ``GET /metrics`` (docs/metrics.md): the operator's, and a declared credential's that
+#: names it; never a formation token's.
+METRICS_METHOD = "Metrics"
+#: Every scope a declared credential may name.
+DECLARABLE_SCOPES: frozenset[str] = OPERATOR_METHODS | {METRICS_METHOD}
 #: The push notification configuration methods, which no door serves.
 PUSH_METHODS: frozenset[str] = frozenset({
     "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",

@@ -27,7 +27,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from gateway.caller import FORMATION_SCOPES, OPERATOR_METHODS, TASK_METHODS, Credential
+from gateway.caller import (
+    DECLARABLE_SCOPES,
+    FORMATION_SCOPES,
+    OPERATOR_METHODS,
+    TASK_METHODS,
+    Credential,
+)
 from gateway.errors import GatewayError
 from gateway.tokens import PREFIX, InvalidToken
 
@@ -87,11 +93,11 @@ def _check_scopes(kind_name: str, scopes: Iterable[str] | None) -> frozenset[str
     if isinstance(scopes, str):
         raise CredentialError(f"{kind_name}: scopes must be a list of method names")
     chosen = frozenset(scopes)
-    unknown = sorted(repr(s) for s in chosen if s not in OPERATOR_METHODS)
+    unknown = sorted(repr(s) for s in chosen if s not in DECLARABLE_SCOPES)
     if unknown:
         raise CredentialError(
             f"{kind_name}: unknown scope {', '.join(unknown)}; accepted: "
-            f"{', '.join(sorted(OPERATOR_METHODS))}"
+            f"{', '.join(sorted(DECLARABLE_SCOPES))}"
         )
     if not chosen:
         raise CredentialError(

@@ -7,6 +7,8 @@ Routes (pure ASGI, matched on the path with runs of ``/`` collapsed, as DoorAuth
 * ``GET /.well-known/agent-card.json``: the card, :mod:`gateway.agent_card`;
 * ``GET /resources/files/<path>``: a file under the session's ``out/`` (operator only);
 * ``GET /healthz``: ``200 ok``, naming nothing;
+* ``GET /metrics``: the door's metrics, Prometheus text (:mod:`gateway.metrics`; the
+  operator or a declared credential with the ``Metrics`` scope; 404 at a public door);
 * every other path: the HTTP+JSON binding, :mod:`gateway.rest` (``/message:send``,
   ``/tasks/{id}``, ...), on the same handlers as JSON-RPC; ``404`` for anything else.
 
@@ -35,7 +37,8 @@ from gateway.caller import Caller, caller_of
 from gateway.cors import Cors
 from gateway.credentials import OPERATOR_CREDENTIAL
 from gateway.http_io import header, send_error, send_not_allowed, send_response
-from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, route_path
+from gateway.metrics import CONTENT_TYPE, DoorMetrics, RequestMetrics
+from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, METRICS_PATH, route_path
 from gateway.rest import RestEndpoint
 from gateway.rpc import JsonRpcEndpoint, RpcEndpoint
 from gateway.tasks import (
@@ -88,6 +91,9 @@ class DoorTasks(Protocol):
     def held(self) -> int:
         """The tasks the member holds now (running, waiting, or in flight)."""
 
+    def state_counts(self) -> dict[str, int]:
+        """How many tasks the door holds in each state (``GET /metrics``)."""
+
     def on_stop(self, listener: Callable[[str], None]) -> None: ...
     def on_task_end(self, listener: TaskListener) -> None: ...
     def request_stop(self, reason: str) -> None: ...
@@ -117,6 +123,9 @@ class LocalTasks:
     @property
     def held(self) -> int:
         return self.store.held
+
+    def state_counts(self) -> dict[str, int]:
+        return self.store.state_counts()
 
     def on_stop(self, listener: Callable[[str], None]) -> None:
         self.store.on_stop(listener)
@@ -173,8 +182,11 @@ class Door:
     DoorAuth in front, and the member's tasks (:class:`DoorTasks`) behind."""
 
     def __init__(self, tasks: DoorTasks, settings: DoorSettings, policy: AuthPolicy,
-                 trace: TraceBus, card: CardRoute) -> None:
+                 trace: TraceBus, card: CardRoute, metrics: DoorMetrics | None = None) -> None:
         self.settings = settings
+        #: What ``GET /metrics`` shows; the member's proxies count into it too.
+        self.metrics = metrics if metrics is not None else DoorMetrics()
+        self.metrics.task_states = tasks.state_counts
         self.policy = policy
         self.trace = trace
         self.tasks = tasks
@@ -194,9 +206,10 @@ class Door:
                           if settings.out_dir is not None else None)
         #: The A2A app without DoorAuth (for benchmarks and tests that set the Caller).
         self.inner_app: ASGIApp = _DoorApp(self)
-        #: The door as served: DoorAuth in front of the A2A app, and CORS in front of
-        #: both when the policy names origins.
-        self.app: ASGIApp = DoorAuth(self.inner_app, policy)
+        #: The door as served: DoorAuth in front of the A2A app, each request counted in
+        #: front of both, and CORS in front of all when the policy names origins.
+        self.app: ASGIApp = RequestMetrics(DoorAuth(self.inner_app, policy, self.metrics),
+                                           self.metrics)
         if policy.allow_origins:
             self.app = Cors(self.app, policy.allow_origins)
 
@@ -360,6 +373,14 @@ class Door:
                                     head=method == "HEAD")
             else:
                 await send_not_allowed(send, b"GET, HEAD")
+        elif path == METRICS_PATH and self.policy.authenticated:
+            # DoorAuth let only the operator or a credential with the Metrics scope
+            # through; a public door has no one to show them to (its 404 below).
+            if method in ("GET", "HEAD"):
+                await send_response(send, 200, self.metrics.render(),
+                                    [(b"content-type", CONTENT_TYPE)], head=method == "HEAD")
+            else:
+                await send_not_allowed(send, b"GET, HEAD")
         elif path.startswith(FILES_PREFIX):
             if method in ("GET", "HEAD"):
                 await self._file(scope, send, path[len(FILES_PREFIX):], caller_of(scope))
@@ -454,14 +475,15 @@ def _open_regular(path: str) -> tuple[int, os.stat_result] | None:
 
 
 def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | None = None,
-               trace: TraceBus | None = None) -> Door:
+               trace: TraceBus | None = None, metrics: DoorMetrics | None = None) -> Door:
     """One member's door: ``agent`` runs each task, ``settings`` say what the card shows
     and how the gate holds tasks, ``policy`` is what DoorAuth accepts (default: a public
     door), ``trace`` receives the door's trace records (default: a new bus)."""
     policy = policy if policy is not None else AuthPolicy()
     trace = trace if trace is not None else TraceBus()
     card = CardRoute(settings.card, authenticated=policy.authenticated)
-    return Door(LocalTasks(agent, settings, policy, trace), settings, policy, trace, card)
+    return Door(LocalTasks(agent, settings, policy, trace), settings, policy, trace, card,
+                metrics)
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -68,6 +68,7 @@ TRUST_HEADER: Final = "x-murmur-task-trust"
 
 CARD_PATH: Final = "/.well-known/agent-card.json"
 HEALTH_PATH: Final = "/healthz"
+METRICS_PATH: Final = "/metrics"
 FILES_PATH: Final = "/resources/files"
 FILES_PREFIX: Final = FILES_PATH + "/"
 _SLASH_RUNS = re.compile("/{2,}")

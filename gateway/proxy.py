@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextvars
 import re
+import time
 import unicodedata
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from gateway.egress import egress_reaches_loopback as egress_reaches_loopback
 # The allow-list and the names live in gateway.egress, which a member imports at start
 # without httpx; they are re-exported here for everything that imports them from here.
 from gateway.errors import GatewayError
+from gateway.metrics import DoorMetrics, proxy_outcome
 from gateway.protocol import MEMBER_NAME_RE, ORIGIN_HEADER, RUNTIME_HEADER_PREFIX, TRUST_HEADER
 
 #: How long a request waits for a callee's door URL to arrive on the channel.
@@ -363,12 +365,13 @@ class _Shared:
     """What every view of one member's proxy shares: pool, credentials, grant."""
 
     __slots__ = ("addresses", "allow", "authorizations", "door_wait", "doors", "inner",
-                 "known", "on_call", "tokens", "virtual_hosts")
+                 "known", "metrics", "on_call", "tokens", "virtual_hosts")
 
     def __init__(self, inner: httpx.AsyncBaseTransport, doors: DoorDirectory,
                  allow: AllowList, on_call: CallHook | None, door_wait: float,
-                 tokens: Mapping[str, str]) -> None:
+                 tokens: Mapping[str, str], metrics: DoorMetrics | None) -> None:
         self.inner = inner
+        self.metrics = metrics
         self.doors = doors
         self.allow = allow
         self.on_call = on_call
@@ -397,7 +400,8 @@ class FormationTransport(httpx.AsyncBaseTransport):
     the callees. ``trust`` gives the running task's trust class (``None``: no task, read
     as ``untrusted``). ``on_call(callee, virtual_url)`` is called once per request sent
     to a member, after every check passed; it sees only the virtual URL, and returns the
-    call's ``traceparent`` (or ``None``).
+    call's ``traceparent`` (or ``None``). ``metrics`` counts each request sent to a
+    member by callee and outcome, with its time to the callee's answer.
     """
 
     def __init__(
@@ -410,9 +414,11 @@ class FormationTransport(httpx.AsyncBaseTransport):
         trust: TrustSource = lambda: None,
         on_call: CallHook | None = None,
         door_wait: float = DOOR_URL_WAIT_SECONDS,
+        metrics: DoorMetrics | None = None,
     ) -> None:
         check_callees(tokens)
-        self._shared = _Shared(inner, doors, AllowList(allow), on_call, door_wait, tokens)
+        self._shared = _Shared(inner, doors, AllowList(allow), on_call, door_wait, tokens,
+                               metrics)
         self._trust = trust
         self._owns_inner = True
 
@@ -525,6 +531,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
                                  extensions=extensions)
         outgoing.read()       # in memory already; lets inner transports read .content
         failure: httpx.TransportError | None = None
+        started = time.perf_counter()
         try:
             response = await shared.inner.handle_async_request(outgoing)
         except Exception as exc:  # noqa: BLE001 - whatever failed below, its text is scrubbed
@@ -532,8 +539,14 @@ class FormationTransport(httpx.AsyncBaseTransport):
             # the token and the door's address scrubbed, and no chain back (raised below,
             # outside the except, so not even as __context__).
             failure = _scrubbed_failure(exc, request, shared.scrub)
+        metrics = shared.metrics
         if failure is not None:
+            if metrics is not None:
+                metrics.proxy_call(callee, "unreachable", None)
             raise failure
+        if metrics is not None:
+            metrics.proxy_call(callee, proxy_outcome(response.status_code),
+                               time.perf_counter() - started)
         response.request = request
         response.stream = _SanitizedStream(response.stream, request, shared.scrub)
         if "network_stream" in response.extensions:     # httpx's: its socket names the door

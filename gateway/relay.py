@@ -49,6 +49,7 @@ from gateway.auth import AuthPolicy
 from gateway.caller import Caller
 from gateway.door import OPERATOR_CALLER, Door, DoorSettings
 from gateway.jsonrpc import RpcError, member_busy
+from gateway.metrics import DoorMetrics
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.rpc import JsonRpcEndpoint, send_message_request, validate_params
 from gateway.tasks import (
@@ -136,6 +137,13 @@ class RelayTasks(TaskListeners):
     def held(self) -> int:
         """Live tasks plus new tasks on their way to the upstream."""
         return self._live + self._in_flight
+
+    def state_counts(self) -> dict[str, int]:
+        """The tasks the door knows (live and ended), by the last state it saw."""
+        counts: dict[str, int] = {}
+        for known in self._tasks.values():
+            counts[known.state] = counts.get(known.state, 0) + 1
+        return counts
 
     def known(self, task_id: str) -> KnownTask | None:
         return self._tasks.get(task_id)
@@ -555,7 +563,8 @@ class RelayEndpoint(JsonRpcEndpoint):
 
 def build_gateway_door(client: UpstreamClient, upstream_card: dict[str, Any],
                        settings: DoorSettings, *, policy: AuthPolicy | None = None,
-                       trace: TraceBus | None = None) -> Door:
+                       trace: TraceBus | None = None,
+                       metrics: DoorMetrics | None = None) -> Door:
     """A gateway member's door: DoorAuth, the card merged from ``upstream_card`` and
     ``settings.card``, and the relay to ``client``'s upstream."""
     policy = policy if policy is not None else AuthPolicy()
@@ -565,7 +574,8 @@ def build_gateway_door(client: UpstreamClient, upstream_card: dict[str, Any],
         return merged_card(upstream_card, info, authenticated=authenticated)
 
     card = CardRoute(settings.card, authenticated=policy.authenticated, build=build)
-    return Door(RelayTasks(client, settings, policy, trace), settings, policy, trace, card)
+    return Door(RelayTasks(client, settings, policy, trace), settings, policy, trace, card,
+                metrics)
 
 
 __all__ = ["OPERATOR_CALLER", "KnownTask", "RelayEndpoint", "RelayTasks",

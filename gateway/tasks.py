@@ -242,6 +242,13 @@ class TaskStore(TaskListeners):
     def held(self) -> int:
         return len(self._running) + len(self._queue)
 
+    def state_counts(self) -> dict[str, int]:
+        """The tasks kept (live and ended), by state."""
+        counts: dict[str, int] = {}
+        for record in self._tasks.values():
+            counts[record.state] = counts.get(record.state, 0) + 1
+        return counts
+
     @property
     def finished_bytes(self) -> int:
         """The estimated bytes of the ended tasks still kept."""

@@ -196,10 +196,14 @@ Requirement = Annotated[str, AfterValidator(_requirement)]
 NonBlank = Annotated[str, AfterValidator(_non_blank)]
 RelativeFile = Annotated[str, AfterValidator(_relative_file)]
 Algorithm = Annotated[str, AfterValidator(_algorithm)]
+TaskScope = Literal["SendMessage", "SendStreamingMessage", "GetTask", "CancelTask",
+                    "ListTasks", "SubscribeToTask"]
+#: A scope: a task method, or ``Metrics`` (``GET /metrics``, docs/metrics.md), which a
+#: credential has only when it names it.
 Scope = Literal["SendMessage", "SendStreamingMessage", "GetTask", "CancelTask", "ListTasks",
-                "SubscribeToTask"]
+                "SubscribeToTask", "Metrics"]
 #: Every task method: the scopes of a declared credential that names none.
-TASK_SCOPES: tuple[Scope, ...] = typing.get_args(Scope)
+TASK_SCOPES: tuple[Scope, ...] = typing.get_args(TaskScope)
 #: Seconds, written as ``10m``, ``7d``... or a whole number of seconds.
 Duration = Annotated[int, BeforeValidator(_duration)]
 

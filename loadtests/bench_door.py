@@ -24,7 +24,12 @@ minimal HTTP/1.1 reader is. Every phase is bounded in time and in request count
 and method, then 3 rounds of 3 s per agent row and concurrency). Results:
 ``loadtests/results/bench_door.json`` and ``.md``.
 
+``door+auth no metrics`` is the door with DoorAuth but no request counted for ``GET
+/metrics`` (gateway.metrics): ``metrics_on_vs_off`` is what counting costs (goal: within
+5 %). ``--metrics-only`` measures that pair alone (``bench_door_metrics.json``, ``.md``).
+
     .venv/bin/python loadtests/bench_door.py [--duration 3] [--rounds 3] [--concurrency 16]
+        [--metrics-only]
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "loadtests" / "results"
-SERVERS = ("door+auth", "door", "a2a-sdk", "a2a-sdk-rest")  # one process each
+SERVERS = ("door+auth", "door+auth-nometrics", "door", "a2a-sdk", "a2a-sdk-rest")
+#: ``--metrics-only``: the cost of counting every request for ``GET /metrics``.
+METRICS_SERVERS = ("door+auth", "door+auth-nometrics")
 #: The agent process section: a door without DoorAuth whose trivial python agent runs
 #: in-process, in an agent process, or in a confined one (one server process each).
 AGENT_SERVERS = ("agent-fn", "agent-process", "agent-process-landlock")
@@ -65,13 +72,15 @@ BINDINGS = ("jsonrpc", "rest")
 #: the one that pays for it.
 ROWS: dict[str, tuple[str, str]] = {
     "door+auth REST": ("door+auth", "rest"),
+    "door+auth no metrics": ("door+auth-nometrics", "jsonrpc"),
     "door+auth": ("door+auth", "jsonrpc"),
     "door": ("door", "jsonrpc"),
     "a2a-sdk": ("a2a-sdk", "jsonrpc"),
     "a2a-sdk REST": ("a2a-sdk-rest", "rest"),
 }
 #: The order of the rows in the tables (the JSON-RPC rows first, as before).
-SHOWN = ("door+auth", "door", "a2a-sdk", "door+auth REST", "a2a-sdk REST")
+SHOWN = ("door+auth", "door+auth no metrics", "door", "a2a-sdk", "door+auth REST",
+         "a2a-sdk REST")
 METHODS = ("GetTask", "SendMessage")
 WARMUP_SECONDS = 1.0
 MAX_REQUESTS = 200_000  # per phase, warm-up included: far above what 4 s reach here
@@ -79,11 +88,14 @@ MAX_REQUESTS = 200_000  # per phase, warm-up included: far above what 4 s reach 
 # --- the servers (run in their own process) ------------------------------------------
 
 
-def door_app(with_auth: bool, agent: Any = None) -> tuple[Any, str | None]:
+def door_app(with_auth: bool, agent: Any = None,
+             metrics: bool = True) -> tuple[Any, str | None]:
     """The door with a trivial agent (``agent``, else an in-process one); with DoorAuth,
-    a formation door and a caller token."""
+    a formation door and a caller token; without ``metrics``, DoorAuth in front of the
+    A2A app with no request counted (the door before ``GET /metrics``, but for DoorAuth's
+    own refusal and verification counts: one dict increment a request)."""
     from gateway.agent_card import CardInfo
-    from gateway.auth import AuthPolicy
+    from gateway.auth import AuthPolicy, DoorAuth
     from gateway.door import DoorSettings, build_door
     from gateway.tasks import GateConfig, TaskRun
     from gateway.tokens import FormationKey, FormationVerifier
@@ -103,7 +115,8 @@ def door_app(with_auth: bool, agent: Any = None) -> tuple[Any, str | None]:
                         verifier=FormationVerifier(key.public_bytes, formation),
                         member="coder", accept_peer_tasks=True)
     token = key.mint(formation=formation, caller="planner", callee="coder")
-    return build_door(trivial, settings, policy=policy).app, token
+    door = build_door(trivial, settings, policy=policy)
+    return (door.app if metrics else DoorAuth(door.inner_app, policy)), token
 
 
 def sdk_app(rest: bool = False) -> Any:
@@ -211,7 +224,8 @@ def serve(kind: str) -> None:
             info["agent_pid"] = process.pid
             app, token = door_app(with_auth=False, agent=process.agent_fn())
         else:
-            app, token = door_app(with_auth=kind == "door+auth")
+            app, token = door_app(with_auth=kind.startswith("door+auth"),
+                                  metrics=kind != "door+auth-nometrics")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -458,7 +472,7 @@ def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float
                          f"{row['p99_ms']} | {row['server_cpu_us_per_request']} | "
                          f"{row['errors']} |")
     lines += ["", "| ratio | value | goal |", "|---|---:|---|"]
-    goals = {"auth_vs_no_auth": ">= 0.9", "door_vs_sdk": ">= 3",
+    goals = {"metrics_on_vs_off": ">= 0.95", "auth_vs_no_auth": ">= 0.9", "door_vs_sdk": ">= 3",
              "door_rest_vs_door_jsonrpc": ">= 0.9", "door_rest_vs_sdk_rest": ">= 3"}
     for name, value in ratios.items():
         goal = next((g for prefix, g in goals.items() if name.startswith(prefix)), "")
@@ -562,14 +576,17 @@ def orchestrate(args: argparse.Namespace) -> None:
     every server alike."""
     began = time.monotonic()
     load_before = os.getloadavg()
+    kinds = METRICS_SERVERS if args.metrics_only else SERVERS
+    rows = {name: row for name, row in ROWS.items()
+            if row[0] in kinds and not (args.metrics_only and row[1] == "rest")}
     servers: dict[str, tuple[subprocess.Popen[str], int, str]] = {}
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
-        row: {method: [] for method in METHODS} for row in ROWS}
+        row: {method: [] for method in METHODS} for row in rows}
     try:
-        for kind in SERVERS:
+        for kind in kinds:
             servers[kind] = start_server(kind)
             wait_ready(servers[kind][1])
-        order = list(ROWS.items())
+        order = list(rows.items())
         for number in range(args.rounds):
             for method in METHODS:
                 for name, (kind, binding) in order[::-1] if number % 2 else order:
@@ -583,7 +600,7 @@ def orchestrate(args: argparse.Namespace) -> None:
     finally:
         stop_servers(servers)
     results: dict[str, dict[str, dict[str, Any]]] = {}
-    for name in SHOWN:
+    for name in (name for name in SHOWN if name in rows):
         results[name] = {}
         for method in METHODS:
             results[name][method] = median_round(rounds[name][method])
@@ -594,18 +611,21 @@ def orchestrate(args: argparse.Namespace) -> None:
     # does not).
     ratios: dict[str, float] = {}
     for method in METHODS:
-        for name, top, bottom in (("auth_vs_no_auth", "door+auth", "door"),
+        for name, top, bottom in (("metrics_on_vs_off", "door+auth", "door+auth no metrics"),
+                                  ("auth_vs_no_auth", "door+auth", "door"),
                                   ("door_vs_sdk", "door", "a2a-sdk"),
                                   ("door_with_auth_vs_sdk", "door+auth", "a2a-sdk"),
                                   ("door_rest_vs_door_jsonrpc", "door+auth REST", "door+auth"),
                                   ("door_rest_vs_sdk_rest", "door+auth REST", "a2a-sdk REST")):
+            if top not in rounds or bottom not in rounds:
+                continue
             pairs = list(zip(rounds[top][method], rounds[bottom][method], strict=True))
             wall = [a["rps"] / b["rps"] for a, b in pairs if b["rps"]]
             cpu = [b["server_cpu_us_per_request"] / a["server_cpu_us_per_request"]
                    for a, b in pairs if a["server_cpu_us_per_request"]]
             ratios[f"{name}_{method}"] = round(statistics.median(wall), 3) if wall else 0.0
             ratios[f"{name}_{method}_cpu"] = round(statistics.median(cpu), 3) if cpu else 0.0
-    agents = agent_section(args)
+    agents = {} if args.metrics_only else agent_section(args)
     cores = os.cpu_count() or 1
     document = {"benchmark": "bench_door", "cores": cores, "concurrency": args.concurrency,
                 "load_average_before": load_before, "load_average_after": os.getloadavg(),
@@ -616,9 +636,11 @@ def orchestrate(args: argparse.Namespace) -> None:
                 "results": results, "ratios": ratios, "agent_process": agents,
                 "wall_seconds": round(time.monotonic() - began, 1)}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bench_door.json").write_text(json.dumps(document, indent=2) + "\n")
-    markdown = table(results, ratios, cores) + agent_table(agents)
-    (RESULTS / "bench_door.md").write_text(markdown)
+    name = "bench_door_metrics" if args.metrics_only else "bench_door"
+    (RESULTS / f"{name}.json").write_text(json.dumps(document, indent=2) + "\n")
+    markdown = table(results, ratios, cores) + ("" if args.metrics_only
+                                                else agent_table(agents))
+    (RESULTS / f"{name}.md").write_text(markdown)
     print(markdown, end="")
 
 
@@ -651,6 +673,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--metrics-only", action="store_true",
+                        help="only the door with and without its request metrics "
+                             "(results: bench_door_metrics.json and .md)")
     args = parser.parse_args()
     if args.serve:
         sys.path.insert(0, str(ROOT))

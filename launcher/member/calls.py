@@ -16,6 +16,7 @@ import httpx
 
 from gateway.call_member import CallFailed, CallHandle, MemberCalls
 from gateway.egress import virtual_address
+from gateway.metrics import DoorMetrics
 from gateway.proxy import CALLING_TASK, DoorDirectory, FormationTransport
 from gateway.trace_bus import TraceBus
 from gateway.trace_context import Span, TaskSpans, call_span, traceparent
@@ -34,8 +35,8 @@ _CALL_SPAN: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
 
 def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
                         allow: Iterable[str], trace: TraceBus, spans: TaskSpans,
-                        make_inner: Callable[[], httpx.AsyncBaseTransport]
-                        ) -> FormationTransport:
+                        make_inner: Callable[[], httpx.AsyncBaseTransport],
+                        metrics: DoorMetrics | None = None) -> FormationTransport:
     """The member's formation proxy; ``make_inner`` makes its pool on the first request.
     Raises ``ValueError`` for a grant entry that is not a host or a bad callee."""
 
@@ -54,7 +55,7 @@ def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
         return traceparent(span)
 
     return FormationTransport(_FirstUse(make_inner), tokens=tokens, doors=doors,
-                              allow=allow, on_call=on_request)
+                              allow=allow, on_call=on_request, metrics=metrics)
 
 
 def task_calls(transport: FormationTransport, *, trace: TraceBus, task_id: str,

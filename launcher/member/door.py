@@ -28,6 +28,7 @@ from gateway.agent_card import CardInfo, Skill
 from gateway.auth import AuthPolicy
 from gateway.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
 from gateway.egress import AllowList, check_callees, peers_environ
+from gateway.metrics import DoorMetrics
 from gateway.protocol import PEERS_ENV
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationVerifier
@@ -178,9 +179,11 @@ class CallsSeam:
 
     def __init__(self, *, manifest: Manifest, place: FormationPlace,
                  directory: DoorDirectory, trace: TraceBus, spans: TaskSpans,
-                 deadline: datetime | None, capsule: str) -> None:
+                 deadline: datetime | None, capsule: str,
+                 metrics: DoorMetrics | None = None) -> None:
         self._trace = trace
         self._spans = spans
+        self._metrics = metrics
         self._deadline = deadline
         self._tokens = place.tokens
         self._directory = directory
@@ -204,7 +207,7 @@ class CallsSeam:
             calls_members = bool(self.peers)
             self._transport = formation_transport(
                 tokens=self._tokens, doors=self._directory, allow=self._allow,
-                trace=self._trace, spans=self._spans,
+                trace=self._trace, spans=self._spans, metrics=self._metrics,
                 make_inner=lambda: _inner_transport(calls_members))
         return self._transport
 

@@ -37,6 +37,7 @@ from gateway.auth import AuthPolicy
 from gateway.credentials import OperatorToken
 from gateway.door import Door, DoorSettings, build_door
 from gateway.jsonrpc import RpcError
+from gateway.metrics import DoorMetrics
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.trace_bus import TraceBus, TraceRecord
 from gateway.trace_context import Span
@@ -196,6 +197,8 @@ class MemberSession:
         #: its calls are (gateway.trace_context).
         self._spans: dict[str, Span] = {}
         self._span_export: SpanExport | None = None
+        #: The door's metrics (GET /metrics), which the member's proxies count into too.
+        self.metrics = DoorMetrics()
         #: Files whose last write failed and was reported (E-RUN-048 is printed once).
         self._unwritten: set[str] = set()
         self._watchers = _Watchers()
@@ -432,7 +435,7 @@ class MemberSession:
     def _calls_seam(self) -> CallsSeam:
         assert self._directory is not None
         return CallsSeam(manifest=self.manifest, place=self.place, directory=self._directory,
-                         trace=self.bus, spans=self._spans.get,
+                         trace=self.bus, spans=self._spans.get, metrics=self.metrics,
                          deadline=self.options.deadline,
                          capsule=self.options.capsule)
 
@@ -561,7 +564,8 @@ class MemberSession:
         client = waiting.result()  # its DiagnosticError ends the session
         assert upstream.card is not None
         return build_gateway_door(client, upstream.card, self._door_settings(records),
-                                  policy=self._policy(records), trace=self.bus)
+                                  policy=self._policy(records), trace=self.bus,
+                                  metrics=self.metrics)
 
     def _ready_seconds(self, budget: float) -> float:
         """``budget``, or less when the deadline comes first."""
@@ -601,7 +605,7 @@ class MemberSession:
 
     def _build_door(self, agent: Any, records: SessionRecords) -> Door:
         return build_door(agent, self._door_settings(records), policy=self._policy(records),
-                          trace=self.bus)
+                          trace=self.bus, metrics=self.metrics)
 
     async def _serve(self) -> None:
         assert self.door is not None and self._socket is not None
