@@ -8,11 +8,15 @@ In this order:
    audited (:class:`AuditRefused`, exit 2);
 2. every member's trace is read line by line (``launcher.trace.find_formation_traces``);
 3. each formation-token call found is checked: an ``a2a_task_received`` whose caller is
-   a formation member (``formation_member``) is the call caller → the trace's member;
-   a ``member_call`` is the call the trace's member → ``callee``. Both sides are
+   a formation member (its ``formation_member``, or a ``credential`` ``member:<name>``
+   when that field is missing) is the call caller → the trace's member; a
+   ``member_call`` is the call the trace's member → ``callee``. Both sides are
    checked, so a record forged on either side, or a call one side did not record,
    still shows;
-4. a call along no admitted edge is a :class:`Violation`; the report lists each one.
+4. a call along no admitted edge is a :class:`Violation`, and so is an
+   ``a2a_task_received`` whose two caller fields disagree (a door writes both from the
+   one verified token, so only an edited trace holds such a record); the report lists
+   each one.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ __all__ = ["AuditRefused", "AuditReport", "Violation", "audit", "render_report"]
 
 Edge = tuple[str, str]
 
+#: Why a call is a violation, as the report's line says it after "caller → callee".
+NO_EDGE = "is no admitted edge"
+MEMBER_PREFIX = "member:"
+
 
 class AuditRefused(LauncherError):
     """The formation cannot be audited: no ``formation.json``, or one without edges."""
@@ -47,19 +55,23 @@ class Violation:
     caller: str
     callee: str
     task_id: str
+    problem: str = NO_EDGE
 
 
 @dataclass(frozen=True)
 class AuditReport:
     formation_id: str
     edges: tuple[Edge, ...]
+    #: Member traces read: 0 means no record of the formation is left to check, which
+    #: the summary says rather than letting "0 calls checked" pass for clean.
+    traces_read: int
     calls_checked: int
     violations: tuple[Violation, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {"formation_id": self.formation_id, "ok": not self.violations,
                 "edges": [{"from": caller, "to": callee} for caller, callee in self.edges],
-                "calls_checked": self.calls_checked,
+                "traces_read": self.traces_read, "calls_checked": self.calls_checked,
                 "violations": [asdict(violation) for violation in self.violations]}
 
 
@@ -69,26 +81,30 @@ def audit(formation_id: str) -> AuditReport:
     marker = read_formation_marker(formation_id)
     if marker is None:
         raise AuditRefused(f"formation {formation_id} has no readable formation.json in "
-                           "this MURMUR_HOME (its records were removed, or it never ran here)")
+                           "this MURMUR_HOME (its records were removed, or it ran under "
+                           "another MURMUR_HOME; a formation of one member has none, and "
+                           "no calls to check)")
     if marker.edges is None:
         raise AuditRefused(f"the formation.json of {formation_id} records no edges (it was "
                            "launched by a mur that did not write them): nothing to check "
                            "its calls against")
     allowed = set(marker.edges)
+    traces = find_formation_traces(formation_id)
     checked = 0
     violations: list[Violation] = []
-    for member, path in find_formation_traces(formation_id):
+    for member, path in traces:
         for line, record in _numbered_records(path):
             call = _call_of(member, record)
             if call is None:
                 continue
             checked += 1
-            if call not in allowed:
+            problem = _problem(call, record, allowed)
+            if problem is not None:
                 violations.append(Violation(
                     trace=str(path), line=line, ts=str(record.get("ts", "")),
                     event=str(record.get("event")), caller=call[0], callee=call[1],
-                    task_id=str(record.get("task_id") or "")))
-    return AuditReport(formation_id, marker.edges, checked, tuple(violations))
+                    task_id=str(record.get("task_id") or ""), problem=problem))
+    return AuditReport(formation_id, marker.edges, len(traces), checked, tuple(violations))
 
 
 def _numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -113,11 +129,38 @@ def _call_of(member: str, record: dict[str, Any]) -> Edge | None:
     """The edge a record says a formation token crossed, or None for any other record."""
     event = record.get("event")
     if event == "a2a_task_received":
-        caller = record.get("formation_member")
-        return (caller, member) if isinstance(caller, str) else None
+        caller = _task_caller(record)
+        return (caller, member) if caller is not None else None
     if event == "member_call":
         callee = record.get("callee")
         return (member, callee) if isinstance(callee, str) else None
+    return None
+
+
+def _task_caller(record: dict[str, Any]) -> str | None:
+    """The member a received task came from: ``formation_member``, else the name in a
+    ``member:<name>`` credential (so a forged record that leaves out the first field is
+    still a call); None for the operator, a declared credential or a JWT."""
+    named = record.get("formation_member")
+    if isinstance(named, str):
+        return named
+    return _credential_member(record)
+
+
+def _credential_member(record: dict[str, Any]) -> str | None:
+    credential = record.get("credential")
+    if isinstance(credential, str) and credential.startswith(MEMBER_PREFIX):
+        return credential.removeprefix(MEMBER_PREFIX)
+    return None
+
+
+def _problem(call: Edge, record: dict[str, Any], allowed: set[Edge]) -> str | None:
+    """Why ``call`` is a violation, or None when it is along an admitted edge."""
+    if call not in allowed:
+        return NO_EDGE
+    credited = _credential_member(record)
+    if record.get("event") == "a2a_task_received" and credited not in (None, call[0]):
+        return f"is named by a record whose credential is {MEMBER_PREFIX}{credited}"
     return None
 
 
@@ -125,16 +168,19 @@ def render_report(report: AuditReport) -> str:
     """The report for people: each violation, then one summary line."""
     from launcher.process import escape_control
 
-    lines = [f"violation: {escape_control(v.caller)} → {escape_control(v.callee)} is no "
-             f"admitted edge  ({escape_control(v.event)} {escape_control(v.task_id) or '-'} "
-             f"at {escape_control(v.ts)}, {v.trace}:{v.line})"
+    lines = [f"violation: {escape_control(v.caller)} → {escape_control(v.callee)} "
+             f"{escape_control(v.problem)}  ({escape_control(v.event)} "
+             f"{escape_control(v.task_id) or '-'} at {escape_control(v.ts)}, "
+             f"{escape_control(v.trace)}:{v.line})"
              for v in report.violations]
     edges = len(report.edges)
-    calls = f"{report.calls_checked} call{'s' * (report.calls_checked != 1)} checked"
+    traces = report.traces_read
+    calls = (f"{report.calls_checked} call{'s' * (report.calls_checked != 1)} checked in "
+             f"{traces} trace{'s' * (traces != 1)}")
     if report.violations:
         count = len(report.violations)
         lines.append(f"mur audit: {report.formation_id}: {count} "
-                     f"violation{'s' * (count != 1)} in {calls}")
+                     f"violation{'s' * (count != 1)}; {calls}")
     else:
         lines.append(f"mur audit: {report.formation_id}: {calls}, all along the {edges} "
                      f"admitted edge{'s' * (edges != 1)}")

@@ -41,8 +41,8 @@ def _register_audit(subparsers: Any) -> None:
     audit.add_argument("formation", metavar="FORMATION_ID",
                        help="the formation (frm_...); `mur ps` and `mur trace show` name them")
     audit.add_argument("--json", action="store_true",
-                       help="print one JSON object: formation_id, ok, edges, calls_checked, "
-                            "violations")
+                       help="print one JSON object: formation_id, ok, edges, traces_read, "
+                            "calls_checked, violations")
     audit.set_defaults(handler=_audit)
 
 

@@ -48,6 +48,21 @@ def _trace_of(formation_id: str, member: str, env: dict[str, str]) -> Path:
     raise AssertionError(f"no session of {member}")
 
 
+def _append(trace: Path, record: dict[str, object]) -> int:
+    """Append ``record`` as TraceWriter writes one (compact JSON, one line); its line
+    number."""
+    with trace.open("ab") as out:
+        out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+                  .encode("utf-8") + b"\n")
+    return len(trace.read_bytes().splitlines())
+
+
+def _real_record(trace: Path, event: str) -> dict[str, object]:
+    """The first ``event`` record the member's runtime wrote, to forge a twin of."""
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    return next(record for record in records if record["event"] == event)
+
+
 def test_a_run_whose_calls_crossed_admitted_edges_is_clean(
         ran: tuple[str, dict[str, str]]) -> None:
     formation_id, env = ran
@@ -57,45 +72,70 @@ def test_a_run_whose_calls_crossed_admitted_edges_is_clean(
     done = mur("audit", formation_id, env=env)
     assert done.returncode == 0, done.stderr
     # Two calls, each seen from both sides: the caller's member_call, the callee's task.
-    assert done.stdout == (f"mur audit: {formation_id}: 4 calls checked, all along the 2 "
-                           "admitted edges\n")
+    # Four members, one trace each (loner too: it ran, and nobody called it).
+    assert done.stdout == (f"mur audit: {formation_id}: 4 calls checked in 4 traces, all "
+                           "along the 2 admitted edges\n")
     report = json.loads(mur("audit", formation_id, "--json", env=env).stdout)
     assert report["ok"] is True and report["calls_checked"] == 4
+    assert report["traces_read"] == 4
     assert report["violations"] == []
 
 
 def test_a_forged_call_along_no_edge_is_reported(ran: tuple[str, dict[str, str]]) -> None:
+    # The attack: coder's trace gains a task "received" from loner, which may call no
+    # one: a twin of the real record of planner's call, with the caller changed.
     formation_id, env = ran
     trace = _trace_of(formation_id, "coder", env)
-    lines = trace.read_text().splitlines()
-    forged = {"ts": "2026-12-03T10:00:00.000Z", "event": "a2a_task_received",
-              "task_id": "forged-task", "context_id": "c", "credential": "member:loner",
-              "origin": "peer", "trust": "untrusted", "formation_member": "loner"}
-    trace.write_text("\n".join([*lines, json.dumps(forged)]) + "\n")
+    real = _real_record(trace, "a2a_task_received")
+    assert real["formation_member"] == "planner"     # the call that really happened
+    forged = {**real, "ts": "2026-12-03T10:00:00.000000Z", "task_id": "forged-task",
+              "credential": "member:loner", "formation_member": "loner"}
+    line = _append(trace, forged)
     done = mur("audit", formation_id, env=env)
     assert done.returncode == 1
     first, summary = done.stdout.splitlines()
-    assert first.startswith("violation: loner → coder is no admitted edge  "
-                            "(a2a_task_received forged-task at 2026-12-03T10:00:00.000Z, ")
-    assert first.endswith(f"{trace}:{len(lines) + 1})")
-    assert summary == f"mur audit: {formation_id}: 1 violation in 5 calls checked"
+    assert first == ("violation: loner → coder is no admitted edge  (a2a_task_received "
+                     f"forged-task at 2026-12-03T10:00:00.000000Z, {trace}:{line})")
+    assert summary == f"mur audit: {formation_id}: 1 violation; 5 calls checked in 4 traces"
     report = json.loads(mur("audit", formation_id, "--json", env=env).stdout)
+    assert report["ok"] is False and report["calls_checked"] == 5
     [violation] = report["violations"]
-    assert (violation["caller"], violation["callee"], violation["line"]) == (
-        "loner", "coder", len(lines) + 1)
+    assert violation == {"trace": str(trace), "line": line,
+                         "ts": "2026-12-03T10:00:00.000000Z", "event": "a2a_task_received",
+                         "caller": "loner", "callee": "coder", "task_id": "forged-task",
+                         "problem": "is no admitted edge"}
 
 
 def test_a_forged_member_call_along_no_edge_is_reported(
         ran: tuple[str, dict[str, str]]) -> None:
+    # The attack from the caller's side: reviewer's trace claims it called planner.
     formation_id, env = ran
     trace = _trace_of(formation_id, "reviewer", env)
-    with trace.open("a") as out:
-        out.write(json.dumps({"ts": "2026-12-03T10:00:01.000Z", "event": "member_call",
-                              "task_id": "t", "callee": "planner",
-                              "url": "http://planner.formation.invalid"}) + "\n")
+    line = _append(trace, {"ts": "2026-12-03T10:00:01.000000Z", "event": "member_call",
+                           "task_id": "t", "callee": "planner",
+                           "url": "http://planner.formation.invalid"})
     done = mur("audit", formation_id, env=env)
     assert done.returncode == 1
-    assert done.stdout.startswith("violation: reviewer → planner is no admitted edge")
+    assert done.stdout.startswith("violation: reviewer → planner is no admitted edge  "
+                                  "(member_call t at 2026-12-03T10:00:01.000000Z, "
+                                  f"{trace}:{line})\n")
+
+
+def test_a_received_task_whose_credential_names_another_member_is_reported(
+        ran: tuple[str, dict[str, str]]) -> None:
+    # The attack: a record that names an admitted caller in formation_member while its
+    # credential says the token was loner's. A door writes both from one token.
+    formation_id, env = ran
+    trace = _trace_of(formation_id, "reviewer", env)
+    forged = {**_real_record(trace, "a2a_task_received"), "task_id": "mixed",
+              "credential": "member:loner"}
+    line = _append(trace, forged)
+    done = mur("audit", formation_id, env=env)
+    assert done.returncode == 1
+    assert done.stdout.startswith("violation: planner → reviewer is named by a record "
+                                  "whose credential is member:loner  (a2a_task_received "
+                                  "mixed at ")
+    assert f"{trace}:{line})\n" in done.stdout
 
 
 def test_what_cannot_be_audited_exits_2(ran: tuple[str, dict[str, str]]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from launcher.audit import AuditRefused, audit, render_report
+from launcher.cli import main
 from launcher.ids import new_formation_id, new_session_id
 from launcher.records import (
     formation_dir,
@@ -76,7 +77,8 @@ def test_calls_along_edges_are_clean_and_each_forgery_is_found(murmur_home: Path
                    "formation_member": "planner"})
     report = audit(formation_id)
     assert (report.calls_checked, report.violations) == (2, ())
-    assert render_report(report).endswith("2 calls checked, all along the 1 admitted edge\n")
+    assert render_report(report).endswith(
+        "2 calls checked in 2 traces, all along the 1 admitted edge\n")
 
     with coder.open("a") as out:
         out.write("{torn line\n")
@@ -90,10 +92,92 @@ def test_calls_along_edges_are_clean_and_each_forgery_is_found(murmur_home: Path
         ("coder", "planner", 4, "member_call"),
         ("coder\x1b[2J", "coder", 5, "a2a_task_received")]
     text = render_report(report)
-    assert "\x1b" not in text and text.endswith("2 violations in 4 calls checked\n")
+    assert "\x1b" not in text
+    assert text.endswith("2 violations; 4 calls checked in 2 traces\n")
     assert report.to_json()["ok"] is False
 
 
 def test_a_formation_with_no_marker_cannot_be_audited(murmur_home: Path) -> None:
     with pytest.raises(AuditRefused, match="no readable formation.json"):
         audit(new_formation_id())
+
+
+def test_a_received_task_named_only_by_its_credential_is_still_a_call(
+        murmur_home: Path) -> None:
+    # A forger who leaves out formation_member does not hide the call: the credential
+    # the door writes beside it names the caller too.
+    formation_id = formation(murmur_home)
+    trace(formation_id, "coder",
+          {"ts": "t1", "event": "a2a_task_received", "task_id": "c1",
+           "credential": "member:planner"},
+          {"ts": "t2", "event": "a2a_task_received", "task_id": "c2",
+           "credential": "member:loner"},
+          {"ts": "t3", "event": "a2a_task_received", "task_id": "c3",
+           "credential": "bearer:ci"})
+    report = audit(formation_id)
+    assert report.calls_checked == 2
+    assert [(v.caller, v.callee, v.task_id, v.line) for v in report.violations] == [
+        ("loner", "coder", "c2", 3)]
+
+
+def test_a_record_whose_two_caller_fields_disagree_is_a_violation(
+        murmur_home: Path) -> None:
+    formation_id = formation(murmur_home)
+    trace(formation_id, "coder",
+          {"ts": "t1", "event": "a2a_task_received", "task_id": "c1",
+           "credential": "member:loner", "formation_member": "planner"})
+    [violation] = audit(formation_id).violations
+    assert (violation.caller, violation.callee) == ("planner", "coder")
+    assert violation.problem == "is named by a record whose credential is member:loner"
+
+
+def test_a_formation_with_no_trace_left_says_so(murmur_home: Path) -> None:
+    formation_id = formation(murmur_home)
+    report = audit(formation_id)
+    assert (report.traces_read, report.calls_checked) == (0, 0)
+    assert render_report(report) == (f"mur audit: {formation_id}: 0 calls checked in 0 "
+                                     "traces, all along the 1 admitted edge\n")
+
+
+def test_the_command_exits_0_clean_and_1_with_violations(
+        murmur_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    formation_id = formation(murmur_home)
+    coder = trace(formation_id, "coder",
+                  {"ts": "t1", "event": "a2a_task_received", "task_id": "c1",
+                   "credential": "member:planner", "formation_member": "planner"})
+    assert main(["audit", formation_id]) == 0
+    assert capsys.readouterr().out == (f"mur audit: {formation_id}: 1 call checked in 1 "
+                                       "trace, all along the 1 admitted edge\n")
+    with coder.open("a") as out:
+        out.write(json.dumps({"ts": "t2", "event": "member_call", "task_id": "c1",
+                              "callee": "planner"}, separators=(",", ":")) + "\n")
+    assert main(["audit", formation_id, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report == {
+        "formation_id": formation_id, "ok": False,
+        "edges": [{"from": "planner", "to": "coder"}], "traces_read": 1,
+        "calls_checked": 2,
+        "violations": [{"trace": str(coder), "line": 3, "ts": "t2", "event": "member_call",
+                        "caller": "coder", "callee": "planner", "task_id": "c1",
+                        "problem": "is no admitted edge"}]}
+
+
+@pytest.mark.parametrize("case", ["bad id", "no marker", "no edges"])
+def test_the_command_exits_2_when_it_cannot_audit(
+        murmur_home: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    formation_id = "frm_nope" if case == "bad id" else new_formation_id()
+    if case == "no edges":
+        formation_id = formation(murmur_home)
+        path = formation_dir(formation_id) / "formation.json"
+        data = json.loads(path.read_text())
+        del data["edges"]                       # as a mur older than `mur audit` wrote it
+        path.write_text(json.dumps(data))
+    assert main(["audit", formation_id]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.startswith("mur audit: ")
+    assert main(["audit", formation_id, "--json"]) == 2
+    failure = json.loads(capsys.readouterr().out)
+    assert failure["ok"] is False and failure["exit_status"] == 2
+    expected = {"bad id": "is not a formation id", "no marker": "no readable formation.json",
+                "no edges": "records no edges"}[case]
+    assert expected in failure["error"]
