@@ -21,15 +21,13 @@ In this order:
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import LauncherError
 from launcher.records import read_formation_marker
-from launcher.trace import find_formation_traces
+from launcher.trace import find_formation_traces, numbered_records
 
 __all__ = ["AuditRefused", "AuditReport", "Violation", "audit", "render_report"]
 
@@ -107,22 +105,13 @@ def audit(formation_id: str) -> AuditReport:
     return AuditReport(formation_id, marker.edges, len(traces), checked, tuple(violations))
 
 
-def _numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) of each JSON-object line of a trace; a missing trace has
-    none (a member that never started writing)."""
+def _numbered_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of each record of a trace; a missing trace has none (a
+    member that never started writing)."""
     try:
-        data = path.read_bytes()
+        return numbered_records(path)
     except FileNotFoundError:
-        return
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            yield number, record
+        return []
 
 
 def _call_of(member: str, record: dict[str, Any]) -> Edge | None:

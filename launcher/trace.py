@@ -106,10 +106,16 @@ class TraceWriter:
 def read_trace(path: str | os.PathLike[str]) -> list[Record]:
     """Every record of a trace, in file order. Lines that are not a JSON object (a torn
     last line, say) are skipped. Raises FileNotFoundError when there is no file."""
+    return [record for _, record in numbered_records(path)]
+
+
+def numbered_records(path: str | os.PathLike[str]) -> list[tuple[int, Record]]:
+    """(line number from 1, record) of every JSON-object line of a trace, as
+    :func:`read_trace` reads them (``mur audit`` names the line of each violation)."""
     with open(path, "rb") as handle:
         data = handle.read()
     records = []
-    for line in data.split(b"\n"):
+    for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -117,7 +123,7 @@ def read_trace(path: str | os.PathLike[str]) -> list[Record]:
         except ValueError:
             continue
         if isinstance(record, dict):
-            records.append(record)
+            records.append((number, record))
     return records
 
 

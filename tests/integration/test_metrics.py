@@ -4,7 +4,6 @@ request and its task by state."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.formation import (
     CODER_AGENT,
+    formation_members,
     kill_group_quietly,
     launcher_env,
-    mur,
     read_formation_line,
     simple_project,
     start_launcher,
@@ -41,13 +40,6 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
-def _members(formation_id: str, env: dict[str, str]) -> dict[str, dict[str, Any]]:
-    for formation in json.loads(mur("ps", "--json", env=env).stdout)["formations"]:
-        if formation["formation_id"] == formation_id:
-            return {row["member"]: row for row in formation["members"]}
-    return {}
-
-
 def _scrape(row: dict[str, Any]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     token = (Path(row["records_dir"]) / "operator.token").read_text().strip()
     answer = httpx.get(row["door_url"] + "/metrics",
@@ -67,7 +59,7 @@ def test_both_doors_of_a_call_show_it(tmp_path: Path, murmur_home: Path) -> None
         formation_id = read_formation_line(launcher, timeout=90)["formation_id"]
         deadline = time.monotonic() + 60
         while True:
-            members = _members(formation_id, env)
+            members = formation_members(formation_id, env)
             coder = members.get("coder")
             if coder and coder["tasks"]["live"] == 0 and Path(
                     coder["records_dir"], "trace.jsonl").read_text().count(

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.formation import (
+    formation_members,
     kill_group_quietly,
     launcher_env,
     mur,
@@ -38,18 +39,10 @@ async def run(task):
 """
 
 
-def _members(formation_id: str, env: dict[str, str]) -> dict[str, dict[str, Any]]:
-    listed = json.loads(mur("ps", "--json", env=env).stdout)
-    for formation in listed["formations"]:
-        if formation["formation_id"] == formation_id:
-            return {row["member"]: row for row in formation["members"]}
-    return {}
-
-
 def _wait_for_working_coder(formation_id: str, env: dict[str, str]) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        members = _members(formation_id, env)
+        members = formation_members(formation_id, env)
         if members.get("coder", {}).get("tasks", {}).get("live") == 1:
             return members
         time.sleep(0.2)

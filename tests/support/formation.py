@@ -269,6 +269,14 @@ def mur(*args: str, env: Mapping[str, str] | None = None, timeout: float = 60,
                           timeout=timeout, check=False)
 
 
+def formation_members(formation_id: str, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``mur ps --json``'s rows of a running formation's members, by member name."""
+    for formation in json.loads(mur("ps", "--json", env=env).stdout)["formations"]:
+        if formation["formation_id"] == formation_id:
+            return {row["member"]: row for row in formation["members"]}
+    return {}
+
+
 def read_formation_line(process: subprocess.Popen[bytes], timeout: float = 60) -> dict[str, Any]:
     """The launcher's ``--json`` formation line (its first stdout line)."""
     assert process.stdout is not None
