@@ -155,6 +155,7 @@ class CallHandle:
         self._runner: asyncio.Task[None] | None = None
         self._offer: asyncio.Task[_Busy | dict[str, Any]] | None = None
         self._remote_open = False        # the callee holds a task that is not final
+        self._offer_settled = False      # held or failed: offer_settled was called
 
     def __repr__(self) -> str:
         return f"CallHandle(member={self.member!r}, state={self.state!r})"
@@ -306,17 +307,29 @@ class MemberCalls:
 
     # One call --------------------------------------------------------------------------
 
+    def offer_settled(self, handle: CallHandle, failure: CallFailed | None) -> None:
+        """Called once per call, in the call's own task, when its offer is settled: the
+        callee's door holds the task (``handle.task_id``; ``failure`` is None), or the
+        offer failed before any door held it. Nothing here; a subclass records calls."""
+
+    def _settle_offer(self, handle: CallHandle, failure: CallFailed | None) -> None:
+        if not handle._offer_settled:
+            handle._offer_settled = True
+            self.offer_settled(handle, failure)
+
     async def _run(self, handle: CallHandle, text: str) -> None:
         try:
             reply = await self._place(handle, text)
             answer = await self._follow(handle, reply)
         except CallFailed as failure:
             handle.state = failure.state
+            self._settle_offer(handle, failure)
             _settle(handle, self._scrubbed(failure))
         except Exception as exc:  # noqa: BLE001 - any bug ends the call, not the task
             handle.state = ERROR
-            _settle(handle, self._scrubbed(
-                CallFailed(handle.member, ERROR, f"{type(exc).__name__}: {exc}")))
+            broken = CallFailed(handle.member, ERROR, f"{type(exc).__name__}: {exc}")
+            self._settle_offer(handle, broken)
+            _settle(handle, self._scrubbed(broken))
         else:
             _settle(handle, answer)
         finally:
@@ -369,6 +382,7 @@ class MemberCalls:
         handle.state = "held"
         handle._reached = True
         handle._placed.set()
+        self._settle_offer(handle, None)
 
     def _busy_delay(self, retry_after: float | None, delay: float) -> float:
         if retry_after is not None:

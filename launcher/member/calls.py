@@ -71,9 +71,9 @@ def task_calls(transport: FormationTransport, *, trace: TraceBus, task_id: str,
 class TracedCalls(MemberCalls):
     """``MemberCalls`` that writes one ``member_call`` record per call: the callee and
     its virtual address, never its door URL or token; the call's span (a child of the
-    task's); and the callee's task id once its door holds the task. The record is
-    written when the offer is settled: held, answered busy (no task id yet), or
-    failed (with the failure's ``outcome``)."""
+    task's); and the callee's task id. The record is written when the offer is settled:
+    when the callee's door holds the task (after any busy answers, so the task id is
+    known), or when the offer failed (with the failure's ``outcome``)."""
 
     def __init__(self, transport: FormationTransport, *, trace: TraceBus, task_id: str,
                  span: Span | None, peers: tuple[str, ...], trust: str | None,
@@ -84,25 +84,23 @@ class TracedCalls(MemberCalls):
         self._span = span
 
     async def call_member(self, name: str, text: str) -> CallHandle:
-        span = call_span(self._span)
+        # The call's task (made in super().call_member) inherits both: its requests
+        # carry the span, and offer_settled, which runs in it, reads it back.
         flag = _IN_CALL_MEMBER.set(True)
-        call = _CALL_SPAN.set(span)
+        call = _CALL_SPAN.set(call_span(self._span))
         try:
-            handle = await super().call_member(name, text)
-        except CallFailed as failure:
-            if name in self.peers:
-                self._record(name, span, outcome=failure.state)
-            raise
+            return await super().call_member(name, text)
         finally:
             _CALL_SPAN.reset(call)
             _IN_CALL_MEMBER.reset(flag)
-        self._record(name, span, callee_task_id=handle.task_id)
-        return handle
 
-    def _record(self, callee: str, span: Span, **outcome: str | None) -> None:
-        fields = {key: value for key, value in outcome.items() if value is not None}
-        self._trace.emit("member_call", task_id=self._task_id, callee=callee,
-                         url=virtual_address(callee), **span.fields(), **fields)
+    def offer_settled(self, handle: CallHandle, failure: CallFailed | None) -> None:
+        span = _CALL_SPAN.get() or call_span(self._span)
+        fields = {"callee_task_id": handle.task_id} if failure is None else {
+            "outcome": failure.state}
+        self._trace.emit("member_call", task_id=self._task_id, callee=handle.member,
+                         url=virtual_address(handle.member), **span.fields(),
+                         **{key: value for key, value in fields.items() if value is not None})
 
     async def cancel_outstanding(self) -> None:
         flag = _IN_CALL_MEMBER.set(True)

@@ -364,3 +364,63 @@ async def test_a_component_cannot_forge_the_trace_context_of_its_call(
     [received] = _received(callee_records)
     assert received["trace_id"] == task.trace_id != forged.split("-")[1]
     assert received["parent_span_id"] == call["span_id"]
+
+
+async def test_a_call_answered_busy_first_names_the_callee_task_once_its_door_holds_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    release = asyncio.Event()
+
+    async def slow(run: TaskRun) -> str:
+        await release.wait()
+        return "done"
+
+    callee_records: list[dict[str, Any]] = []
+    callee_trace = TraceBus()
+    callee_trace.add_sink(callee_records.append)
+    settings = DoorSettings(card=CardInfo(name="coder", description="d", version="1",
+                                          member="coder", formation_id=FORMATION),
+                            gate=GateConfig(concurrency=1, retry_after_ms=10))
+    policy = AuthPolicy(authenticated=True, verifier=FormationVerifier(KEY.public_bytes,
+                                                                       FORMATION),
+                        member="coder", accept_peer_tasks=True)
+    door = build_door(slow, settings, policy=policy, trace=callee_trace)
+    monkeypatch.setattr(member_door, "_inner_transport",
+                        lambda calls: httpx.ASGITransport(app=door.app))
+    records: list[dict[str, Any]] = []
+    seam = _planner_seam(records, {})
+    calls = seam.calls_for(_Run("t1", "trusted"))  # type: ignore[arg-type]
+    first = await calls.call_member("coder", "one")
+    second = await calls.call_member("coder", "two")     # the gate is full: busy
+    assert second.state == "offering" and second.task_id is None
+    assert [r.get("callee_task_id") for r in records if r["event"] == "member_call"] == [
+        first.task_id]
+    release.set()
+    assert await first == await second == "done"
+    calls_made = [r for r in records if r["event"] == "member_call"]
+    assert [r["callee_task_id"] for r in calls_made] == [first.task_id, second.task_id]
+    received = {r["task_id"]: r for r in callee_records if r["event"] == "a2a_task_received"}
+    for call in calls_made:
+        assert received[call["callee_task_id"]]["parent_span_id"] == call["span_id"]
+    await calls.aclose()
+    await seam.aclose()
+
+
+async def test_a_failed_offer_is_recorded_with_its_outcome(callee_app: Any) -> None:
+    records: list[dict[str, Any]] = []
+    bus = TraceBus()
+    bus.add_sink(records.append)
+    directory = DoorDirectory(callees=("coder",))
+    directory.set({"coder": "http://127.0.0.1:4301"})
+    seam = CallsSeam(manifest=manifest("capabilities: {network: {allow: [example.com]}}\n"),
+                     place=place("planner", ("coder",)), directory=directory, trace=bus,
+                     spans={}.get, deadline=None, capsule="local/planner")
+    calls = seam.calls_for(_Run("t1", "trusted"))  # type: ignore[arg-type]
+    with pytest.raises(CallFailed) as failed:
+        await calls.call_member("coder", "hi")      # the grant does not reach loopback
+    [call] = [r for r in records if r["event"] == "member_call"]
+    assert call["outcome"] == failed.value.state and "callee_task_id" not in call
+    assert "127.0.0.1" not in json.dumps(call)
+    await calls.aclose()
+    await seam.aclose()
