@@ -472,6 +472,7 @@ class DoorAuth:
             await self._refuse(scope, receive, send, "unauthenticated")
             return
         if authorizations != 1:
+            self._verifications["refused"] += 1     # every 401 invalid_token is a refusal
             await self._refuse(scope, receive, send, "invalid_token", "not 'Bearer <token>'")
             return
         # Trusted only on exactly one trust header saying exactly "trusted".
@@ -481,6 +482,7 @@ class DoorAuth:
             caller = admitted[trusted]
             self._verifications["cached"] += 1
         elif not authorization.startswith(_BEARER):
+            self._verifications["refused"] += 1
             await self._refuse(scope, receive, send, "invalid_token", "not 'Bearer <token>'")
             return
         else:

@@ -138,3 +138,16 @@ def test_proxy_calls_render_by_callee_and_outcome() -> None:
                     (("callee", "coder"), ("le", "0.005")))] == 1
     assert samples[("murmur_proxy_call_duration_seconds_sum", (("callee", "coder"),))] == \
         pytest.approx(0.203)
+
+
+async def test_every_401_invalid_token_is_a_refused_verification(door: Any) -> None:
+    async with _client(door) as client:
+        await client.get("/metrics", headers={"Authorization": "Basic abc"})  # not Bearer
+        await client.get("/metrics", headers=[("Authorization", f"Bearer {CI_TOKEN}"),
+                                              ("Authorization", f"Bearer {CI_TOKEN}")])
+        await client.get("/metrics", headers=bearer("not-a-token-anyone-accepts"))
+        text = (await client.get("/metrics", headers=bearer(door.operator_token))).text
+    samples = _samples(text)
+    assert samples[("murmur_door_refusals_total", (("error", "invalid_token"),))] == 3
+    assert samples[("murmur_door_token_verifications_total", (("result", "refused"),))] == 3
+    assert samples[("murmur_door_requests_total", (("method", "none"), ("status", "401")))] == 3

@@ -111,6 +111,19 @@ def test_empty_authentication_is_a_door_for_operator_and_formation_tokens_only()
     assert manifest.authenticated is True
 
 
+def test_metrics_is_a_scope_a_credential_has_only_when_it_names_it() -> None:
+    manifest = parse_manifest(MINIMAL + "network: {authentication: {bearer: ["
+                              "{name: prom, env: PROM, scopes: [Metrics]}, "
+                              "{name: ci, env: CI}]}}\n")
+    assert manifest.network.authentication is not None
+    prom, ci = manifest.network.authentication.bearer
+    assert prom.scopes == ["Metrics"]
+    assert "Metrics" not in ci.scopes and "GetTask" in ci.scopes    # the default
+    refused = refusal(MINIMAL + "network: {authentication: {bearer: "
+                      "[{name: prom, env: PROM, scopes: [metrics]}]}}\n")
+    assert refused.code == "E-MAN-001"
+
+
 def test_authentication_written_with_no_value_is_refused_not_read_as_public() -> None:
     refused = refusal(MINIMAL + "network:\n  authentication:\n")
     assert refused.code == "E-MAN-001"
