@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean js-agents image test-containers
+.PHONY: demo test lint typecheck pytest bench soak clean js-agents image test-containers loadtest
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,8 +45,23 @@ $(JS_STAMP): $(JS_AGENTS)/package-lock.json
 	then touch $(JS_STAMP); else tail -5 $(JS_AGENTS)/npm.log; \
 	echo "npm ci failed: the @a2a-js/sdk test agent is not installed (its tests skip)"; fi
 
-# Benchmarks (ratios measured in one run; results under loadtests/results/). Not tests.
-bench: $(STAMP)
+# The loadtest extra (locust, matplotlib), installed into .venv once.
+LOADTEST_STAMP := $(VENV)/.loadtest-installed
+
+$(LOADTEST_STAMP): $(STAMP)
+	@echo "installing the loadtest extra (locust, matplotlib) into $(VENV)"
+	@$(BIN)/pip install -e '.[loadtest]' >> $(VENV)/install.log 2>&1 || (tail -20 $(VENV)/install.log; exit 1)
+	touch $(LOADTEST_STAMP)
+
+# locust, headless, against a real formation: 1, 4, 16 and 32 users for 12 s each, for
+# the door and for token verification (about 2 minutes); results and PNG plots under
+# loadtests/results/ (docs/loadtests.md).
+loadtest: $(LOADTEST_STAMP)
+	$(BIN)/python loadtests/run_loadtest.py
+
+# Benchmarks (ratios measured in one run; results and plots under loadtests/results/).
+# Not tests.
+bench: $(LOADTEST_STAMP)
 	$(BIN)/python -m compileall -q gateway launcher
 	$(BIN)/python loadtests/bench_tokens.py
 	$(BIN)/python loadtests/bench_auth.py
@@ -54,6 +69,7 @@ bench: $(STAMP)
 	$(BIN)/python loadtests/bench_proxy.py
 	$(BIN)/python loadtests/bench_launch.py
 	$(BIN)/python loadtests/bench_gateway.py
+	$(BIN)/python loadtests/plots.py
 
 # A formation with a busy callee and three callers, 10,000 calls (bounded by --deadline).
 soak: $(STAMP)
