@@ -478,7 +478,9 @@ def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | N
                trace: TraceBus | None = None, metrics: DoorMetrics | None = None) -> Door:
     """One member's door: ``agent`` runs each task, ``settings`` say what the card shows
     and how the gate holds tasks, ``policy`` is what DoorAuth accepts (default: a public
-    door), ``trace`` receives the door's trace records (default: a new bus)."""
+    door), ``trace`` receives the door's trace records (default: a new bus), ``metrics``
+    the counts ``GET /metrics`` shows (default: the door's own; a member passes the one
+    its proxies count into too)."""
     policy = policy if policy is not None else AuthPolicy()
     trace = trace if trace is not None else TraceBus()
     card = CardRoute(settings.card, authenticated=policy.authenticated)
