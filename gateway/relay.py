@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections import OrderedDict
@@ -63,7 +64,7 @@ from gateway.tasks import (
     parse_status_time,
 )
 from gateway.trace_bus import TraceBus, utc_timestamp
-from gateway.trace_context import INCOMING_TRACEPARENT, task_span
+from gateway.trace_context import INCOMING_TRACEPARENT, Span, task_span, traceparent
 from gateway.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("murmur.relay")
@@ -74,6 +75,11 @@ FOLLOW_FIRST: Final = 0.2
 FOLLOW_GROWTH: Final = 1.5
 FOLLOW_MOST: Final = 2.0
 _TASK_NOT_FOUND: Final = -32001
+
+#: The span of the new task the request being handled is starting upstream, until the
+#: upstream names the task (set by ``RelayTasks._new_task_span``; one request, one task).
+_NEW_TASK_SPAN: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
+    "murmur_relay_task_span", default=None)
 
 
 @dataclass(slots=True)
@@ -168,7 +174,11 @@ class RelayTasks(TaskListeners):
                                   "trust": caller.trust}
         if credential.kind == "member":
             fields["formation_member"] = credential.member
-        fields.update(task_span(INCOMING_TRACEPARENT.get()).fields())
+        # The span sent upstream with the message that started it (its request's own
+        # context), else a span of its own (a task the door first sees some other way).
+        span = _NEW_TASK_SPAN.get() or task_span(INCOMING_TRACEPARENT.get())
+        _NEW_TASK_SPAN.set(None)
+        fields.update(span.fields())
         self._trace.emit("a2a_task_received", **fields)
         return known
 
@@ -324,9 +334,11 @@ class RelayTasks(TaskListeners):
             return result
         self.admit()
         try:
-            result = await self._client.call("SendMessage", params)
+            result = await self._client.call("SendMessage", params,
+                                             trace_parent=self._new_task_span())
             self._observe_event(result, caller)
         finally:
+            _NEW_TASK_SPAN.set(None)      # no task named: the span goes with the request
             self.release()
         return result
 
@@ -338,11 +350,21 @@ class RelayTasks(TaskListeners):
                                   caller)
         self.admit()
         try:
-            events = await self._client.stream("SendStreamingMessage", params)
+            events = await self._client.stream("SendStreamingMessage", params,
+                                               trace_parent=self._new_task_span())
         except BaseException:
+            _NEW_TASK_SPAN.set(None)
             self.release()
             raise
         return self._observed(events, caller, holding=True)
+
+    def _new_task_span(self) -> bytes:
+        """The span of the task a new message is about to start upstream: its
+        ``traceparent`` goes with the request (the upstream's spans are its children),
+        and ``a2a_task_received`` records it once the upstream names the task."""
+        span = task_span(INCOMING_TRACEPARENT.get())
+        _NEW_TASK_SPAN.set(span)
+        return traceparent(span)
 
     async def _observed(self, events: AsyncIterator[Any], caller: Caller | None, *,
                         holding: bool = False) -> AsyncIterator[Any]:
@@ -356,6 +378,7 @@ class RelayTasks(TaskListeners):
                     self.release()
                 yield event
         finally:
+            _NEW_TASK_SPAN.set(None)
             if holding:
                 self.release()
             aclose = getattr(events, "aclose", None)

@@ -228,12 +228,17 @@ class UpstreamClient:
             await self._session.close()
             self._session = None
 
-    async def call(self, method: str, params: Mapping[str, Any]) -> Any:
+    async def call(self, method: str, params: Mapping[str, Any], *,
+                   trace_parent: bytes | None = None) -> Any:
         """The upstream's result for one request; :class:`UpstreamError` for its own
-        error, the door's ``-32603`` for anything else."""
+        error, the door's ``-32603`` for anything else. ``trace_parent``: the
+        ``traceparent`` to send (the task's span, so the upstream's spans are its
+        children)."""
         verb, url, body = self._framing.request(method, params)
+        headers = self._headers if trace_parent is None else {
+            **self._headers, "traceparent": trace_parent.decode("ascii")}
         try:
-            async with self.session.request(verb, url, data=body, headers=self._headers,
+            async with self.session.request(verb, url, data=body, headers=headers,
                                             allow_redirects=False) as response:
                 status = response.status
                 answer = await response.content.read(MAX_UPSTREAM_BYTES + 1)
@@ -241,15 +246,17 @@ class UpstreamClient:
             raise not_answered(self.member, _failure(exc)) from None
         return self._framing.answer(status, answer, self.member)
 
-    async def stream(self, method: str,
-                     params: Mapping[str, Any]) -> AsyncIterator[Any]:
+    async def stream(self, method: str, params: Mapping[str, Any], *,
+                     trace_parent: bytes | None = None) -> AsyncIterator[Any]:
         """The result of each event of a streaming request, as each arrives. Opening
         happens before this returns, so a refusal is the request's own answer; a stream
-        that breaks later raises in the iteration."""
+        that breaks later raises in the iteration. ``trace_parent`` as for :meth:`call`."""
         verb, url, body = self._framing.request(method, params)
+        headers = self._stream_headers if trace_parent is None else {
+            **self._stream_headers, "traceparent": trace_parent.decode("ascii")}
         try:
             response = await self.session.request(
-                verb, url, data=body, headers=self._stream_headers, allow_redirects=False)
+                verb, url, data=body, headers=headers, allow_redirects=False)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise not_answered(self.member, _failure(exc)) from None
         if response.status != 200 or not response.content_type.startswith("text/event-stream"):

@@ -328,6 +328,32 @@ async def test_the_trace_records_who_sent_each_task_and_the_states_seen() -> Non
     assert "mft1" not in json.dumps(formation.records), "a token in the trace"
 
 
+async def test_the_upstream_gets_the_task_span_as_its_trace_parent() -> None:
+    # An upstream agent instrumented for W3C trace context joins the formation's trace:
+    # its request's parent is the span a2a_task_received records for the task.
+    caller_span = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    async with gateway_member() as formation, \
+            formation.client(formation.planner, traceparent=caller_span) as planner, \
+            formation.client(formation.operator, traceparent=caller_span) as operator:
+        sent = result_of(await call(planner, "SendMessage", send_params("hi")))["task"]
+        streamed = await sse_results(await call(operator, "SendStreamingMessage",
+                                                send_params("streamed")))
+        plain = result_of(await call(planner, "GetTask", {"id": sent["id"]}))
+    streamed_id = streamed[0]["result"]["task"]["id"]
+    received = {record["task_id"]: record for record in formation.events("a2a_task_received")}
+    parents = [request.header("traceparent") for request in formation.recorder.rpc()
+               if request.rpc_method in ("SendMessage", "SendStreamingMessage")]
+    assert len(parents) == 2
+    for task_id, [parent] in zip((sent["id"], streamed_id), parents, strict=True):
+        record = received[task_id]
+        assert record["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+        assert record["parent_span_id"] == "00f067aa0ba902b7"
+        assert parent == f"00-{record['trace_id']}-{record['span_id']}-01"
+    assert plain["id"] == sent["id"]
+    polls = [request.header("traceparent") for request in formation.recorder.rpc("GetTask")]
+    assert polls and all(header == [] for header in polls)   # only new tasks carry one
+
+
 async def test_a_task_nobody_asks_about_again_still_gets_its_final_state_record() -> None:
     async with gateway_member() as formation, \
             formation.client(formation.planner) as planner:
