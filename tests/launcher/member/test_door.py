@@ -230,21 +230,28 @@ def callee_records() -> list[dict[str, Any]]:
     return []
 
 
-@pytest.fixture
-def callee_app(monkeypatch: pytest.MonkeyPatch, callee_records: list[dict[str, Any]]) -> Any:
-    """The coder's real door behind httpx.ASGITransport, as the planner's inner transport."""
+def serve_callee(monkeypatch: pytest.MonkeyPatch, records: list[dict[str, Any]],
+                 agent: Any = None, gate: GateConfig | None = None) -> Any:
+    """The coder's real door (``agent``, else the echo) behind httpx.ASGITransport, as
+    the planner's inner transport; its trace records into ``records``."""
     callee_trace = TraceBus()
-    callee_trace.add_sink(callee_records.append)
+    callee_trace.add_sink(records.append)
     settings = DoorSettings(card=CardInfo(name="coder", description="d", version="1",
                                           member="coder", formation_id=FORMATION),
-                            gate=GateConfig(concurrency=4))
+                            gate=gate or GateConfig(concurrency=4))
     policy = AuthPolicy(authenticated=True, verifier=FormationVerifier(KEY.public_bytes,
                                                                        FORMATION),
                         member="coder", accept_peer_tasks=True)
-    door = build_door(_echo, settings, policy=policy, trace=callee_trace)
+    door = build_door(agent or _echo, settings, policy=policy, trace=callee_trace)
     monkeypatch.setattr(member_door, "_inner_transport",
                         lambda calls: httpx.ASGITransport(app=door.app))
     return door
+
+
+@pytest.fixture
+def callee_app(monkeypatch: pytest.MonkeyPatch, callee_records: list[dict[str, Any]]) -> Any:
+    """The coder's real door behind httpx.ASGITransport, as the planner's inner transport."""
+    return serve_callee(monkeypatch, callee_records)
 
 
 async def test_a_call_carries_the_trust_of_the_task_and_is_traced_by_name_only(
@@ -309,12 +316,13 @@ async def test_a_member_in_no_formation_still_gets_task_http_through_its_grant()
 # --------------------------------------------------------------------- trace context
 
 
-def _planner_seam(records: list[dict[str, Any]], spans: dict[str, Span]) -> CallsSeam:
+def _planner_seam(records: list[dict[str, Any]], spans: dict[str, Span],
+                  allow: str = "localhost") -> CallsSeam:
     bus = TraceBus()
     bus.add_sink(records.append)
     directory = DoorDirectory(callees=("coder",))
     directory.set({"coder": "http://127.0.0.1:4301"})
-    return CallsSeam(manifest=manifest("capabilities: {network: {allow: [localhost]}}\n"),
+    return CallsSeam(manifest=manifest(f"capabilities: {{network: {{allow: [{allow}]}}}}\n"),
                      place=place("planner", ("coder",)), directory=directory, trace=bus,
                      spans=spans.get, deadline=None, capsule="local/planner")
 
@@ -377,17 +385,8 @@ async def test_a_call_answered_busy_first_names_the_callee_task_once_its_door_ho
         return "done"
 
     callee_records: list[dict[str, Any]] = []
-    callee_trace = TraceBus()
-    callee_trace.add_sink(callee_records.append)
-    settings = DoorSettings(card=CardInfo(name="coder", description="d", version="1",
-                                          member="coder", formation_id=FORMATION),
-                            gate=GateConfig(concurrency=1, retry_after_ms=10))
-    policy = AuthPolicy(authenticated=True, verifier=FormationVerifier(KEY.public_bytes,
-                                                                       FORMATION),
-                        member="coder", accept_peer_tasks=True)
-    door = build_door(slow, settings, policy=policy, trace=callee_trace)
-    monkeypatch.setattr(member_door, "_inner_transport",
-                        lambda calls: httpx.ASGITransport(app=door.app))
+    serve_callee(monkeypatch, callee_records, slow, GateConfig(concurrency=1,
+                                                               retry_after_ms=10))
     records: list[dict[str, Any]] = []
     seam = _planner_seam(records, {})
     calls = seam.calls_for(_Run("t1", "trusted"))  # type: ignore[arg-type]
@@ -409,13 +408,7 @@ async def test_a_call_answered_busy_first_names_the_callee_task_once_its_door_ho
 
 async def test_a_failed_offer_is_recorded_with_its_outcome(callee_app: Any) -> None:
     records: list[dict[str, Any]] = []
-    bus = TraceBus()
-    bus.add_sink(records.append)
-    directory = DoorDirectory(callees=("coder",))
-    directory.set({"coder": "http://127.0.0.1:4301"})
-    seam = CallsSeam(manifest=manifest("capabilities: {network: {allow: [example.com]}}\n"),
-                     place=place("planner", ("coder",)), directory=directory, trace=bus,
-                     spans={}.get, deadline=None, capsule="local/planner")
+    seam = _planner_seam(records, {}, allow="example.com")
     calls = seam.calls_for(_Run("t1", "trusted"))  # type: ignore[arg-type]
     with pytest.raises(CallFailed) as failed:
         await calls.call_member("coder", "hi")      # the grant does not reach loopback
