@@ -525,10 +525,12 @@ TABLE: tuple[CodeEntry, ...] = (
         "--isolation required: this host cannot confine agent code fully (missing: "
         "{missing}; it offers {offered})",
         "run on a kernel with Landlock ABI 6 or later (Linux 6.12+, Landlock enabled in "
-        "the boot's lsm= list), or use --isolation auto to run with what it offers",
+        "the boot's lsm= list) and seccomp filters (x86_64 or aarch64), or use "
+        "--isolation auto to run with what it offers",
         "`mur run --isolation required` (or `MURMUR_ISOLATION=required`) refuses to start "
         "anything unless every agent process can be confined with Landlock's file rules, "
-        "TCP rules (ABI 4) and signal and abstract-socket scoping (ABI 6). Checked by the "
+        "TCP rules (ABI 4) and signal and abstract-socket scoping (ABI 6), and the seccomp "
+        "socket filter (no MPTCP, SCTP, raw, packet, vsock or io_uring). Checked by the "
         "launcher before any member starts, and by a standalone `mur run --capsule`. "
         "`mur doctor` says what this host offers.",
         "murmur-door",
@@ -587,13 +589,16 @@ TABLE: tuple[CodeEntry, ...] = (
         "agent code is not fully confined on this host (missing: {missing}; it offers "
         "{offered})",
         "run on a kernel with Landlock ABI 6 or later (Linux 6.12+, Landlock enabled in the "
-        "boot's lsm= list); --isolation required refuses to run without it",
+        "boot's lsm= list) and seccomp filters (x86_64 or aarch64); --isolation required "
+        "refuses to run without them",
         "With `--isolation auto` (the default) every agent process is confined with what "
         "the kernel offers; where that is less than Landlock's file rules, TCP rules (ABI 4) "
-        "and scoping (ABI 6), this warning names what is missing, once per launch (the "
-        "launcher prints it, its members do not). Without TCP rules an agent can open "
-        "sockets anywhere, so `capabilities.network.allow` binds only its HTTP clients; "
-        "without Landlock at all, agent code can read what its user can read.",
+        "and scoping (ABI 6) and the seccomp socket filter, this warning names what is "
+        "missing, once per launch (the launcher prints it, its members do not). Without TCP "
+        "rules an agent can open sockets anywhere, so `capabilities.network.allow` binds "
+        "only its HTTP clients; without the socket filter an agent can reach any host with "
+        "an MPTCP socket, which Landlock's TCP rules do not govern; without Landlock at "
+        "all, agent code can read what its user can read.",
         "murmur-door",
     ),
 )

@@ -50,3 +50,5 @@ ARGV_PREFIX_ENV: Final = "MURMUR_TEST_MEMBER_ARGV_PREFIX"
 #: Tests only: act as if the kernel's Landlock ABI were at most this (0: no Landlock),
 #: so the warnings and refusals of an older kernel can be seen on a newer one.
 LANDLOCK_ABI_ENV: Final = "MURMUR_TEST_LANDLOCK_ABI"
+#: Tests only: ``0`` acts as if the host could not install the seccomp socket filter.
+SECCOMP_ENV: Final = "MURMUR_TEST_SECCOMP"

@@ -11,7 +11,8 @@
     ├── CapsuleError ................ member.capsule: the capsule's agent cannot be loaded
     ├── CommandFailed ............... member.capsule: a command agent exited non-zero
     ├── LandlockError ............... landlock, privileges: a confinement cannot be
-    │                                 applied (an OSError)
+    │   │                             applied (an OSError)
+    │   └── SeccompError ............ seccomp: the socket filter cannot be installed
     ├── AgentProcessError ........... member.agent_process: the agent process ...
     │   ├── AgentStartFailed ........ ... could not confine itself or load the agent
     │   └── AgentProcessEnded ....... ... ended while a task ran

@@ -13,8 +13,9 @@
    directory, with the lifecycle the launch sets; print the formation line.
 7. End: when the entry member ends, on SIGINT/SIGTERM/SIGHUP, when a peer does not come
    up, or at ``--deadline``, close the lifelines (never SIGTERM a member), SIGKILL the
-   group of any member still running 25 s later, drop the key, run retention, remove the
-   running record.
+   group of any member still running 25 s later, end whatever is left below the launcher
+   (it is a child subreaper: a daemon of a member killed with SIGKILL comes to it), drop
+   the key, run retention, remove the running record.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.redaction import redact
 from gateway.tokens import FormationKey
+from launcher import descendants
 from launcher.channel import ChannelRefused, refuse_roster_inside_formation
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
 from launcher.durations import format_deadline, parse_deadline
@@ -271,6 +273,20 @@ class Launch:
             left = (self.deadline - datetime.now(UTC)).total_seconds()
             self._deadline_at = loop.time() + left
         self._write_record()
+        # What outlives a member runtime killed with SIGKILL (its agent's daemon) comes
+        # here while the formation runs, and is ended once every member has stopped.
+        try:
+            with descendants.owning_descendants():
+                outcome = await self._run_members()
+        finally:
+            self._key = None  # the formation is over: no token can be minted again
+            self._retention()
+            remove_running(self.formation_id)
+            for signum in _SIGNALS:
+                loop.remove_signal_handler(signum)
+        return self._exit_code(outcome)
+
+    async def _run_members(self) -> FormationEnd:
         outcome = FormationEnd.REFUSED
         try:
             self._template = await self._start_template()
@@ -279,12 +295,7 @@ class Launch:
             await self._end()
             if self._template is not None:
                 await asyncio.to_thread(self._template.close)
-            self._key = None  # the formation is over: no token can be minted again
-            self._retention()
-            remove_running(self.formation_id)
-            for signum in _SIGNALS:
-                loop.remove_signal_handler(signum)
-        return self._exit_code(outcome)
+        return outcome
 
     def _on_signal(self, signum: int) -> None:
         if self.signal is None:

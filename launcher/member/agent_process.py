@@ -36,6 +36,7 @@ from typing import Any
 
 from gateway.tasks import AgentFn, TaskRun
 from gateway.trace_bus import TraceBus
+from launcher import descendants
 from launcher.errors import LauncherError
 from launcher.member.agent.protocol import (
     ANSWER,
@@ -99,6 +100,8 @@ class AgentChild:
     #: The read end of the pipe that is the agent process's stdout and stderr.
     output: int = -1
     popen: subprocess.Popen[bytes] | None = None
+    #: A pidfd of the process while :meth:`watch_exit` watches it.
+    exit_fd: int = -1
 
     def poll(self) -> int | None:
         """Its wait status as a return code (negative: a signal), or None if it runs."""
@@ -114,6 +117,28 @@ class AgentChild:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.pid, signal.SIGKILL)
 
+    def watch_exit(self) -> None:
+        """When the process exits, end the runtime's reading of the socketpair once what
+        it wrote is read. Its end of the socketpair may outlive it (a process it forked
+        holds a copy), so the end of file alone would never come."""
+        try:
+            self.exit_fd = os.pidfd_open(self.pid)
+        except (OSError, AttributeError):  # Linux before 5.3: the end of file tells
+            return
+        asyncio.get_running_loop().add_reader(self.exit_fd, self._exited)
+
+    def _exited(self) -> None:
+        self.unwatch()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RD)
+
+    def unwatch(self) -> None:
+        if self.exit_fd >= 0:
+            with contextlib.suppress(RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_reader(self.exit_fd)
+            os.close(self.exit_fd)
+            self.exit_fd = -1
+
 
 def take_warm_fork() -> AgentChild:
     """Fork now (one thread, no event loop, no credential read yet); the child becomes
@@ -128,6 +153,7 @@ def take_warm_fork() -> AgentChild:
         forked_child(child_end, output_end)
     child_end.close()
     os.close(output_end)
+    descendants.own(pid)
     return AgentChild(pid, parent_end, output)
 
 
@@ -152,6 +178,7 @@ def spawn_agent() -> AgentChild:
     finally:
         child_end.close()
         os.close(output_end)
+    descendants.own(popen.pid)
     return AgentChild(popen.pid, parent_end, output, popen)
 
 
@@ -234,6 +261,7 @@ class AgentProcess:
         if child.output >= 0:
             relay_output(child.output)
         reader, writer = await asyncio.open_connection(sock=child.sock, limit=LINE_LIMIT)
+        child.watch_exit()
         self._writer = writer
         send(writer, self._start)
         try:
@@ -363,8 +391,10 @@ class AgentProcess:
         how = _how(status) + (f"; {problem}" if problem else "")
         failed = [entry for entry in self._running.values()
                   if entry.waiter is not None and not entry.waiter.done()]
+        # What it started and left behind (a double-forked daemon) ends with it.
+        ended = await asyncio.to_thread(descendants.end_orphans)
         self._trace.emit("agent_process_ended", pid=child.pid if child else None,
-                         status=how, tasks_failed=len(failed))
+                         status=how, tasks_failed=len(failed), descendants_ended=ended)
         for entry in failed:
             assert entry.waiter is not None
             entry.waiter.set_exception(AgentProcessEnded(
@@ -500,6 +530,9 @@ async def _reap(child: AgentChild, seconds: float) -> int | None:
                     break
             break
         await asyncio.sleep(0.005)
+    child.unwatch()
     with contextlib.suppress(OSError):
         child.sock.close()
+    if status is not None:
+        descendants.release(child.pid)
     return status

@@ -4,7 +4,8 @@ gateway member's upstream), docs/isolation.md.
 In this order: the paths every agent reads (the Python in use, its packages, system
 libraries and programs, ``/etc``, a few devices), the member's own paths (its capsule,
 read; its session's ``home/``, ``tmp/``, ``out/`` and its work folder, read and write),
-then the ports (connect: the member's forward proxy; bind: a gateway upstream's own).
+then the ports (connect: the member's forward proxy; bind: a gateway upstream's own),
+then whether the seccomp socket filter goes on too (``launcher/seccomp.py``).
 A path that holds ``MURMUR_HOME`` is never granted (granting it would grant every
 session's records): it is left out and named in :attr:`AgentPlan.withheld`.
 """
@@ -34,10 +35,13 @@ class AgentPlan:
     connect: tuple[int, ...]
     bind: tuple[int, ...] = ()
     withheld: tuple[str, ...] = field(default=())
+    #: Whether the seccomp socket filter is installed too (where the host offers it).
+    seccomp: bool = False
 
     def wire(self) -> dict[str, Any]:
         return {"read": list(self.read), "write": list(self.write),
-                "connect": list(self.connect), "bind": list(self.bind)}
+                "connect": list(self.connect), "bind": list(self.bind),
+                "seccomp": self.seccomp}
 
 
 def python_paths() -> tuple[str, ...]:
@@ -54,8 +58,8 @@ def python_paths() -> tuple[str, ...]:
 
 
 def agent_plan(*, home: Path, capsule_dir: Path, session_dirs: Iterable[Path],
-               workdir: Path, proxy_port: int, bind_ports: Iterable[int] = ()
-               ) -> AgentPlan:
+               workdir: Path, proxy_port: int, bind_ports: Iterable[int] = (),
+               seccomp: bool = False) -> AgentPlan:
     """The plan of one member's agent process (see the module docstring)."""
     murmur_home = os.path.realpath(home)
     withheld: list[str] = []
@@ -76,7 +80,7 @@ def agent_plan(*, home: Path, capsule_dir: Path, session_dirs: Iterable[Path],
     write = grantable([workdir])
     return AgentPlan(read=read + own_read, write=SYSTEM_WRITE + own_write + write,
                      connect=(proxy_port,), bind=tuple(bind_ports),
-                     withheld=tuple(withheld))
+                     withheld=tuple(withheld), seccomp=seccomp)
 
 
 def _holds(path: str, inner: str) -> bool:

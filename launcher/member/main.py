@@ -33,6 +33,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from gateway.redaction import redact
+from launcher.descendants import owning_descendants
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.ids import new_session_id
 from launcher.member.agent_process import AgentChild, take_warm_fork
@@ -176,7 +177,9 @@ def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_i
                        launcher_pid=launcher_pid, lifeline_grace=lifeline_grace(os.environ),
                        agent_child=agent)
     try:
-        outcome, clean = _run_loop(MemberSession(plan, out))
+        # Before any agent code runs: what it leaves behind comes here, and ends with it.
+        with owning_descendants():
+            outcome, clean = _run_loop(MemberSession(plan, out))
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a user
         _report(member_diagnostic(SESSION_NOT_STAGED, action="run",
                                   problem=f"{type(exc).__name__}: {exc}",

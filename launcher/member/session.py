@@ -41,6 +41,7 @@ from gateway.metrics import DoorMetrics
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.trace_bus import TraceBus, TraceRecord
 from gateway.trace_context import Span
+from launcher import descendants
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.errors import LauncherError
@@ -210,7 +211,7 @@ class MemberSession:
     async def run(self) -> SessionOutcome:
         loop = asyncio.get_running_loop()
         guard = SignalGuard(loop, self._on_signal, with_interrupts=self.place.lifeline is None,
-                            exit_fn=self.plan.exit_fn)
+                            exit_fn=self.plan.exit_fn, on_child=descendants.reap_orphans)
         if self.plan.install_signals:
             guard.install()
         try:
@@ -465,17 +466,19 @@ class MemberSession:
 
     def _confinement(self, records: SessionRecords, proxy_port: int,
                      bind_ports: tuple[int, ...] = ()) -> AgentPlan | None:
-        """What agent code may touch (docs/isolation.md); None with ``--isolation off``
-        or a kernel without Landlock (``auto`` warned of it; ``required`` refused)."""
-        if self.options.isolation == OFF or not host_support().files:
+        """What agent code may touch (docs/isolation.md); None with ``--isolation off``.
+        On a host without Landlock or seccomp the agent side applies what there is
+        (``auto`` warned of the rest; ``required`` refused)."""
+        if self.options.isolation == OFF:
             return None
         from launcher.member.confinement import agent_plan
         from launcher.paths import murmur_home
+        from launcher.seccomp import seccomp_support
 
         return agent_plan(home=murmur_home(), capsule_dir=records.dir / "capsule",
                           session_dirs=(records.home, records.tmp, records.out),
                           workdir=records.workdir, proxy_port=proxy_port,
-                          bind_ports=bind_ports)
+                          bind_ports=bind_ports, seccomp=seccomp_support().available)
 
     async def _start_agent(self, records: SessionRecords) -> Any:
         """Start the agent process (the warm fork ``main`` took, else a new one), tell
@@ -895,6 +898,9 @@ class MemberSession:
             if self._agent is not None:
                 await _bounded(self._agent.close(), 10.0)
             self._release_warm_child()
+            # Whatever agent code started and left behind (a daemon that forked twice
+            # and called setsid) was re-parented here: it ends with the member.
+            await asyncio.to_thread(descendants.end_descendants)
             if self._proxy is not None:
                 await _bounded(self._proxy.close(), 2.0)
             if self._seam is not None:
@@ -918,6 +924,7 @@ class MemberSession:
             child.sock.close()
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(child.pid, 0)
+            descendants.release(child.pid)
 
     def _close_early(self) -> None:
         self._release_warm_child()

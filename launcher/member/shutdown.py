@@ -55,12 +55,15 @@ def hard_exit(status: int) -> None:
 
 class SignalGuard:
     """Python-level handlers (``signal.signal``), so they run even while agent code keeps
-    the event loop busy. ``on_first(signum)`` is scheduled on ``loop`` once."""
+    the event loop busy. ``on_first(signum)`` is scheduled on ``loop`` once;
+    ``on_child()``, when given, on every ``SIGCHLD``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_first: Callable[[int], None], *,
-                 with_interrupts: bool = True, exit_fn: ExitFn = hard_exit) -> None:
+                 with_interrupts: bool = True, exit_fn: ExitFn = hard_exit,
+                 on_child: Callable[[], object] | None = None) -> None:
         self._loop = loop
         self._on_first = on_first
+        self._on_child = on_child
         self._exit = exit_fn
         self.count = 0
         self.signals: tuple[signal.Signals, ...] = (signal.SIGTERM,)
@@ -77,6 +80,8 @@ class SignalGuard:
             # A handler that does nothing rather than SIG_IGN: an ignored signal stays
             # ignored in the processes the agent starts, a handled one does not.
             self._previous[signum] = signal.signal(signum, _left_to_the_launcher)
+        if self._on_child is not None:
+            self._previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._child)
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():
@@ -91,6 +96,11 @@ class SignalGuard:
             return
         with contextlib.suppress(RuntimeError):  # the loop is already closed
             self._loop.call_soon_threadsafe(self._on_first, signum)
+
+    def _child(self, signum: int, frame: FrameType | None) -> None:
+        assert self._on_child is not None
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._on_child)
 
 
 class Watchdog:

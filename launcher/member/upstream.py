@@ -43,6 +43,7 @@ from gateway.upstream import (
     upstream_interface,
 )
 from gateway.upstream_rest import RestFraming
+from launcher import descendants
 from launcher.diagnostics import Diagnostic, DiagnosticError
 from launcher.manifest import A2aAgent, UpstreamHeaderError
 from launcher.member.outcome import (
@@ -53,6 +54,7 @@ from launcher.member.outcome import (
 
 if TYPE_CHECKING:
     from launcher.member.confinement import AgentPlan
+    from launcher.seccomp import SocketFilter
 
 #: How long an upstream may take to serve its card (the launcher waits 180 s for a
 #: member's readiness line; this leaves the rest for the door).
@@ -139,20 +141,25 @@ class Upstream:
     async def start(self, env: Mapping[str, str], *,
                     confinement: AgentPlan | None = None) -> None:
         """Start a ``command`` upstream (a ``url`` one already runs), confined as
-        ``confinement`` says (Landlock and no capability, applied between its fork and
-        its exec: the ruleset is built here, the child only applies it)."""
+        ``confinement`` says (Landlock, the socket filter and no capability, applied
+        between its fork and its exec: both are built here, the child only applies
+        them)."""
         agent = self.spec.agent
         if agent.command is None or self.port is None:
             return
         argv = agent.command_for(self.port)
         argv[0] = _program(argv[0], env)
         ruleset = _ruleset(confinement)
+        socket_filter = _socket_filter(confinement)
         try:
-            self.process = await asyncio.create_subprocess_exec(
-                *argv, cwd=self.spec.capsule_dir, env=dict(env), start_new_session=True,
-                stdin=asyncio.subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                stderr=sys.stderr.fileno(),
-                preexec_fn=None if confinement is None else _confine_child(ruleset))
+            with descendants.starting():
+                self.process = await asyncio.create_subprocess_exec(
+                    *argv, cwd=self.spec.capsule_dir, env=dict(env), start_new_session=True,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=sys.stderr.fileno(),
+                    stderr=sys.stderr.fileno(),
+                    preexec_fn=None if confinement is None
+                    else _confine_child(ruleset, socket_filter))
+                descendants.own(self.process.pid)
         except (OSError, subprocess.SubprocessError) as exc:
             why = getattr(exc, "strerror", None) or exc
             raise DiagnosticError(_not_ready(
@@ -279,13 +286,26 @@ def _ruleset(confinement: AgentPlan | None) -> int | None:
                                      bind_ports=confinement.bind), support)
 
 
-def _confine_child(ruleset: int | None) -> Callable[[], None]:
+def _socket_filter(confinement: AgentPlan | None) -> SocketFilter | None:
+    """The seccomp socket filter, built here so the child only installs it."""
+    if confinement is None or not confinement.seccomp:
+        return None
+    from launcher.seccomp import socket_filter
+
+    return socket_filter()
+
+
+def _confine_child(ruleset: int | None, socket_filter: SocketFilter | None
+                   ) -> Callable[[], None]:
     from launcher.landlock import restrict_self
     from launcher.privileges import drop_all_capabilities
+    from launcher.seccomp import install
 
     def confine() -> None:  # in the child, between fork and exec
         if ruleset is not None:
             restrict_self(ruleset)
+        if socket_filter is not None:
+            install(socket_filter)
         drop_all_capabilities()
 
     return confine

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from launcher import records
-from tests.integration.test_gateway_member import first_child, js_capsule, sdk_capsule
 from tests.support import third_party
 from tests.support.formation import (
     alive,
@@ -35,6 +34,7 @@ from tests.support.formation import (
     write_capsule,
     write_roster,
 )
+from tests.support.gateway_capsules import first_child, js_capsule, sdk_capsule
 from tests.support.member import wait_for
 
 pytestmark = pytest.mark.integration

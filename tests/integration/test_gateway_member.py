@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from a2a.types.a2a_pb2 import (
 from gateway.tokens import FormationKey
 from tests.support import member as support
 from tests.support import third_party
+from tests.support.gateway_capsules import first_child, js_capsule, sdk_capsule
 from tests.support.member import Channel, Member
 
 pytestmark = pytest.mark.integration
@@ -63,41 +63,6 @@ async def run(task):
 # --------------------------------------------------------------------- capsules, processes
 
 
-def gateway_capsule(source: Path, name: str, command: list[str]) -> Path:
-    """A gateway member's capsule source: ``agent.a2a.command`` with ``{port}``."""
-    source.mkdir(parents=True, exist_ok=True)
-    argv = ", ".join(f'"{part}"' for part in command)
-    (source / "murmur.yaml").write_text(
-        "manifest_version: 1\n"
-        f"name: {name}\nversion: 1.0.0\ndescription: The {name} gateway test member.\n"
-        f"agent:\n  a2a:\n    command: [{argv}]\n"
-        "exports:\n  peer_tasks: {accept: true}\n"
-        "network:\n  authentication: {}\n"
-        # its callee's door listens on loopback
-        "capabilities:\n  network: {allow: [localhost]}\n"
-        "lifecycle: {concurrency: 4, queue_depth: 0}\n")
-    return source
-
-
-def sdk_capsule(root: Path, name: str = "sdkbot") -> Path:
-    source = root / "src" / name
-    source.mkdir(parents=True, exist_ok=True)
-    shutil.copy(third_party.SDK_AGENT, source / "sdk_agent.py")
-    return gateway_capsule(source, name,
-                           ["python3", "sdk_agent.py", "--port", "{port}", "--name", name])
-
-
-def js_capsule(root: Path, name: str = "jsbot") -> Path:
-    # server.mjs imports its packages by bare name: node resolves them next to the script,
-    # so the capsule runs the original script (tests/agents/js/node_modules beside it).
-    node = shutil.which("node") or "node"
-    source = root / "src" / name
-    source.mkdir(parents=True, exist_ok=True)
-    shutil.copy(third_party.JS_AGENT, source / "server.mjs")
-    return gateway_capsule(source, name, [node, str(third_party.JS_AGENT), "--port", "{port}",
-                                          "--name", name])
-
-
 @dataclass
 class Running:
     """A member process whose stderr goes to a file the test can read while it runs."""
@@ -110,15 +75,6 @@ class Running:
 
     def upstream_pid(self) -> int:
         return int(support.wait_for(lambda: first_child(self.member.pid), timeout=10))
-
-
-def first_child(pid: int) -> int | None:
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            children = (task / "children").read_text().split()
-            if children:
-                return int(children[0])
-    return None
 
 
 def start(project: Path, home: Path, capsule: str, channel: Channel, log: Path,

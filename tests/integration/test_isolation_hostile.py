@@ -17,14 +17,13 @@ alone stops succeed, which proves the sandbox is what stops them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import pwd
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,9 +35,7 @@ from typing import Any
 import pytest
 
 from launcher.landlock import host_support
-from tests.integration.test_gateway_member import sdk_capsule
 from tests.support.formation import (
-    REPO,
     install_capsule,
     kill_group_quietly,
     launcher_env,
@@ -47,12 +44,12 @@ from tests.support.formation import (
     write_capsule,
     write_roster,
 )
+from tests.support.gateway_capsules import sdk_capsule
+from tests.support.users import Owner, ordinary_user, scratch_folder
 
 pytestmark = pytest.mark.integration
 
 SUPPORT = host_support()
-needs_landlock = pytest.mark.skipif(
-    SUPPORT.abi < 6, reason=f"the full sandbox needs Landlock ABI 6; {SUPPORT.describe()}")
 
 BOSS_AGENT = """
 async def run(task):
@@ -66,7 +63,7 @@ async def run(task):
 
 #: The hostile worker: every attempt is recorded as "ok" or the error that stopped it.
 HOSTILE_AGENT = r'''
-import asyncio, ctypes, json, os, socket, subprocess, sys, urllib.request
+import asyncio, ctypes, json, os, socket, subprocess, sys, time, urllib.request
 
 PTRACE_SEIZE = 0x4206
 SEIZE = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
@@ -128,6 +125,86 @@ def curl(url):
                    capture_output=True, timeout=20)
 
 
+IPPROTO_MPTCP = 262
+
+
+def mptcp_exchange(host, port, payload=None):
+    """Connect with MPTCP (which Landlock's TCP rules do not govern); with ``payload``,
+    send it and return the first bytes of the answer."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP)
+    sock.settimeout(5)
+    try:
+        sock.connect((host, port))
+        if payload is None:
+            return b""
+        sock.sendall(payload)
+        return sock.recv(200)
+    finally:
+        sock.close()
+
+
+def mptcp_send_message(port):
+    """A JSON-RPC SendMessage over MPTCP straight to a gateway's upstream (no auth)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m-1", "role": "ROLE_USER",
+                    "parts": [{"text": "hello from no edge"}]}}}).encode()
+    head = (f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json"
+            f"\r\nA2A-Version: 1.0\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode()
+    answer = mptcp_exchange("127.0.0.1", port, head + body)
+    if not answer.startswith(b"HTTP/1.1 200"):
+        raise PermissionError(f"the upstream answered {answer[:40]!r}")
+
+
+def mptcp_listen():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+    finally:
+        sock.close()
+
+
+def open_socket(family, kind, protocol):
+    socket.socket(family, kind, protocol).close()
+
+
+def io_uring():
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = (ctypes.c_char * 120)()
+    fd = libc.syscall(ctypes.c_long(425), ctypes.c_long(4), params)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    os.close(fd)
+
+
+def daemon(pidfile):
+    """Fork, setsid, fork again: a daemon no process group or session of ours holds."""
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            with open(pidfile, "w") as handle:
+                handle.write(str(os.getpid()))
+            while True:
+                time.sleep(1)
+        os._exit(0)
+    os.waitpid(first, 0)
+    for _ in range(500):
+        if os.path.exists(pidfile) and open(pidfile).read():
+            return int(open(pidfile).read())
+        time.sleep(0.01)
+    raise TimeoutError("the daemon wrote no pid")
+
+
+#: (family, type, protocol) of the other sockets the filter refuses
+SOCKETS = {"sctp": (2, 1, 132), "smc": (43, 1, 0), "packet": (17, 3, 0), "vsock": (40, 1, 0),
+           "netlink audit": (16, 3, 9)}
+
+
 async def run(task):
     targets = json.loads(task.text)
     attacks, work = {}, {}
@@ -150,6 +227,20 @@ async def run(task):
         attempt(attacks, "curl", lambda: curl(targets["forbidden_url"]))
     attempt(attacks, "urllib through the proxy", lambda: urllib.request.urlopen(
         targets["forbidden_url"], timeout=5).read())
+    for port in targets["ports"]:
+        attempt(attacks, f"mptcp connect {port}",
+                lambda p=port: mptcp_exchange("127.0.0.1", p))
+    forbidden_host, forbidden_port = targets["forbidden_url"].split("/")[2].split(":")
+    attempt(attacks, "mptcp forbidden host", lambda: mptcp_exchange(
+        forbidden_host, int(forbidden_port), b"GET /mptcp HTTP/1.0\r\n\r\n"))
+    for port in targets["upstream_ports"]:
+        attempt(attacks, f"mptcp upstream SendMessage {port}",
+                lambda p=port: mptcp_send_message(p))
+    attempt(attacks, "mptcp listen", mptcp_listen)
+    for name, triple in SOCKETS.items():
+        attempt(attacks, f"socket {name}", lambda t=triple: open_socket(*t))
+    attempt(attacks, "io_uring", io_uring)
+    daemon_pid = daemon(os.path.join(task.tmp, "daemon.pid"))
 
     def own_files():
         for folder in (task.home, task.tmp, task.workdir):
@@ -168,7 +259,8 @@ async def run(task):
         work["egress"] = "ok" if response.text == "allowed" else f"{response.status_code}"
     except Exception as exc:
         work["egress"] = f"{type(exc).__name__}: {exc}"
-    return json.dumps({"attacks": attacks, "work": work, "uid": os.getuid()})
+    return json.dumps({"attacks": attacks, "work": work, "uid": os.getuid(),
+                       "daemon": daemon_pid})
 '''
 
 
@@ -206,91 +298,6 @@ def http_server(host: str) -> Iterator[tuple[str, list[str]]]:
 # --------------------------------------------------------------------- the formation
 
 
-@dataclass
-class Owner:
-    """Who runs the formation: this test's own user, or an ordinary user made for the
-    test, whose commands run in a mount namespace where this checkout's Python is
-    reachable (``/root``, where pyenv keeps it, is root's alone: a tmpfs of mode 0755 is
-    put over it there, holding only ``.pyenv``)."""
-
-    uid: int
-    gid: int
-    holder: subprocess.Popen[bytes] | None = None
-
-    def argv(self, argv: list[str]) -> list[str]:
-        if self.holder is None:
-            return argv
-        return ["nsenter", f"--target={self.holder.pid}", "--mount", "--",
-                "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
-                "--", *argv]
-
-    def chown(self, root: Path) -> None:
-        if self.holder is None:
-            return
-        for folder, dirs, files in os.walk(root):
-            os.chown(folder, self.uid, self.gid)
-            for name in (*dirs, *files):
-                os.lchown(os.path.join(folder, name), self.uid, self.gid)
-
-
-MOUNTS = """set -e
-mkdir -p "$SAVE"
-mount --bind /root "$SAVE"
-mount -t tmpfs -o mode=755 tmpfs /root
-if [ -d "$SAVE/.pyenv" ]; then mkdir /root/.pyenv; mount --bind "$SAVE/.pyenv" /root/.pyenv; fi
-echo ready
-exec sleep 900
-"""
-
-
-@contextmanager
-def ordinary_user(scratch: Path) -> Iterator[Owner]:
-    """An ordinary user (made when missing) and the namespace its commands run in."""
-    if os.getuid() != 0:
-        yield Owner(os.getuid(), os.getgid())
-        return
-    for tool in ("useradd", "unshare", "nsenter", "setpriv"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is missing: the ordinary user cannot be set up")
-    name = "murmurtest"
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                               "/usr/sbin/nologin", name], capture_output=True, text=True,
-                              check=False)
-        if made.returncode != 0:
-            pytest.skip(f"cannot create an ordinary user: {made.stderr.strip()}")
-        entry = pwd.getpwnam(name)
-    holder = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", MOUNTS],
-        env={"SAVE": str(scratch / "root-view"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert holder.stdout is not None
-        if holder.stdout.readline() != b"ready\n":
-            holder.wait(timeout=10)
-            pytest.skip("a mount namespace cannot be made here: "
-                        f"{holder.stderr.read().decode().strip() if holder.stderr else ''}")
-        owner = Owner(entry.pw_uid, entry.pw_gid, holder)
-        problem = reachable_by(owner)
-        if problem is not None:
-            pytest.skip(f"the ordinary user cannot run this checkout: {problem}")
-        yield owner
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
-
-
-def reachable_by(owner: Owner) -> str | None:
-    """Why ``owner`` cannot run this checkout's Python, or None."""
-    probe = subprocess.run(owner.argv([sys.executable, "-c", "import launcher, gateway, a2a"]),
-                           cwd="/", capture_output=True, text=True, check=False,
-                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                "PYTHONDONTWRITEBYTECODE": "1"})
-    return None if probe.returncode == 0 else probe.stderr.strip()[-300:]
-
-
 def build(root: Path, allowed_port: int) -> Path:
     project = root / "project"
     project.mkdir()
@@ -317,6 +324,10 @@ class Outcome:
     uid: int
     forbidden_hits: list[str]
     targets: dict[str, Any]
+    #: The double-forked, setsid daemon the worker left, and whether it outlived the
+    #: formation (looked at as soon as the launcher and every runtime had ended).
+    daemon: int
+    daemon_survived: bool
 
 
 def parent_of(pid: int) -> int:
@@ -367,8 +378,21 @@ def run_hostile(tmp: Path, owner: Owner, isolation: str) -> Outcome:
             report = json.loads(answer)
         finally:
             stop_formation(launcher, home)
+        daemon = int(report["daemon"])
+        survived = outlives(daemon, seconds=1.0)
         return Outcome(report["attacks"], report["work"], report["uid"],
-                       list(forbidden_hits), targets)
+                       list(forbidden_hits), targets, daemon, survived)
+
+
+def outlives(pid: int, seconds: float) -> bool:
+    """Whether ``pid`` still runs ``seconds`` from now (it is killed if so)."""
+    try:
+        wait_gone([pid], seconds)
+    except AssertionError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return True
+    return False
 
 
 def stop_formation(launcher: subprocess.Popen[bytes], home: Path) -> None:
@@ -492,37 +516,142 @@ def assert_sandbox_is_what_stops_them(outcome: Outcome) -> None:
     assert outcome.work == {"own files": "ok", "out": "ok", "call": "ok", "egress": "ok"}
 
 
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    """A folder an ordinary user can enter (pytest's own are root's, mode 0700)."""
-    folder = Path(tempfile.mkdtemp(prefix="murmur-hostile-"))
-    folder.chmod(0o755)
+# --------------------------------------------------------------------- one formation per owner
+#
+# Each formation is run once per module and its outcome read by every test below, each
+# named after the attack it looks at.
+
+
+def mptcp_enabled() -> bool:
     try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        return Path("/proc/sys/net/mptcp/enabled").read_text().strip() == "1"
+    except OSError:
+        return False
 
 
-@needs_landlock
-def test_a_hostile_agent_running_as_root_reaches_nothing_beyond_its_edges(
-        scratch: Path) -> None:
+needs_mptcp = pytest.mark.skipif(not mptcp_enabled(), reason="this kernel has no MPTCP "
+                                 "(net.mptcp.enabled is not 1): there is no hole to close")
+EACCES = "PermissionError: [Errno 13] Permission denied"
+
+
+@pytest.fixture(scope="module")
+def as_root() -> Iterator[Outcome]:
+    if SUPPORT.abi < 6:
+        pytest.skip(f"the full sandbox needs Landlock ABI 6; {SUPPORT.describe()}")
     if os.getuid() != 0:
         pytest.skip("this variant runs as root; the ordinary-user variant runs here")
-    outcome = run_hostile(scratch, Owner(0, 0), "auto")
-    assert outcome.uid == 0
-    assert_contained(outcome)
+    with scratch_folder() as folder:
+        yield run_hostile(folder, Owner(0, 0), "auto")
 
 
-@needs_landlock
+@pytest.fixture(scope="module")
+def as_ordinary_user() -> Iterator[Outcome]:
+    if SUPPORT.abi < 6:
+        pytest.skip(f"the full sandbox needs Landlock ABI 6; {SUPPORT.describe()}")
+    with scratch_folder() as folder, ordinary_user(folder) as owner:
+        outcome = run_hostile(folder, owner, "auto")
+        assert outcome.uid == owner.uid != 0
+        yield outcome
+
+
+@pytest.fixture(scope="module")
+def isolation_off() -> Iterator[Outcome]:
+    with scratch_folder() as folder:
+        yield run_hostile(folder, Owner(os.getuid(), os.getgid()), "off")
+
+
+@pytest.fixture(params=["root", "ordinary user"])
+def confined(request: pytest.FixtureRequest) -> Outcome:
+    """The outcome of the confined formation, as root and as an ordinary user."""
+    name = "as_root" if request.param == "root" else "as_ordinary_user"
+    outcome: Outcome = request.getfixturevalue(name)
+    return outcome
+
+
+def attacks_named(outcome: Outcome, prefix: str) -> dict[str, str]:
+    found = {name: result for name, result in outcome.attacks.items()
+             if name.startswith(prefix)}
+    assert found, f"no attack named {prefix!r} was tried"
+    return found
+
+
+# --------------------------------------------------------------------- the tests
+
+
+def test_a_hostile_agent_running_as_root_reaches_nothing_beyond_its_edges(
+        as_root: Outcome) -> None:
+    assert as_root.uid == 0
+    assert_contained(as_root)
+
+
 def test_a_hostile_agent_running_as_an_ordinary_user_reaches_nothing_beyond_its_edges(
-        scratch: Path) -> None:
-    with ordinary_user(scratch) as owner:
-        outcome = run_hostile(scratch, owner, "auto")
-    assert outcome.uid == owner.uid != 0
-    assert_contained(outcome)
+        as_ordinary_user: Outcome) -> None:
+    assert_contained(as_ordinary_user)
 
 
-def test_with_isolation_off_the_same_attacks_succeed(scratch: Path) -> None:
-    owner = Owner(os.getuid(), os.getgid())
-    outcome = run_hostile(scratch, owner, "off")
-    assert_sandbox_is_what_stops_them(outcome)
+def test_with_isolation_off_the_same_attacks_succeed(isolation_off: Outcome) -> None:
+    assert_sandbox_is_what_stops_them(isolation_off)
+
+
+@needs_mptcp
+def test_mptcp_connect_to_every_door_is_refused(confined: Outcome) -> None:
+    doors = [f"mptcp connect {port}" for port in confined.targets["ports"]
+             if port not in confined.targets["upstream_ports"]]
+    assert len(doors) >= 3
+    assert {name: confined.attacks[name] for name in doors} == dict.fromkeys(doors, EACCES)
+
+
+@needs_mptcp
+def test_mptcp_connect_to_a_host_outside_the_grant_is_refused(confined: Outcome) -> None:
+    assert confined.attacks["mptcp forbidden host"] == EACCES
+    assert confined.forbidden_hits == []
+
+
+@needs_mptcp
+def test_mptcp_send_message_to_a_gateway_upstream_is_refused(confined: Outcome) -> None:
+    upstream = attacks_named(confined, "mptcp upstream SendMessage")
+    assert upstream == dict.fromkeys(upstream, EACCES)
+    ports = attacks_named(confined, "mptcp connect ")
+    assert all(ports[f"mptcp connect {port}"] == EACCES
+               for port in confined.targets["upstream_ports"])
+
+
+@needs_mptcp
+def test_mptcp_bind_and_listen_is_refused(confined: Outcome) -> None:
+    assert confined.attacks["mptcp listen"] == EACCES
+
+
+def test_sctp_smc_packet_vsock_and_netlink_sockets_are_refused(confined: Outcome) -> None:
+    sockets = attacks_named(confined, "socket ")
+    assert set(sockets) == {"socket sctp", "socket smc", "socket packet", "socket vsock",
+                            "socket netlink audit"}
+    assert sockets == dict.fromkeys(sockets, EACCES)
+
+
+def test_io_uring_is_refused(confined: Outcome) -> None:
+    assert confined.attacks["io_uring"] == EACCES
+
+
+def test_a_double_forked_setsid_daemon_of_an_agent_is_gone_when_its_member_ends(
+        confined: Outcome) -> None:
+    assert confined.daemon > 0
+    assert not confined.daemon_survived
+
+
+def test_with_isolation_off_the_daemon_still_ends_with_its_member(
+        isolation_off: Outcome) -> None:
+    """Owning the process tree is not part of the sandbox: it holds with isolation off."""
+    assert not isolation_off.daemon_survived
+
+
+@needs_mptcp
+def test_with_isolation_off_mptcp_reaches_doors_hosts_and_the_upstream(
+        isolation_off: Outcome) -> None:
+    """The refusals above are the filter's: unconfined, the same MPTCP attempts work."""
+    mptcp = attacks_named(isolation_off, "mptcp ")
+    assert mptcp == dict.fromkeys(mptcp, "ok")
+    assert "/mptcp" in isolation_off.forbidden_hits
+    assert isolation_off.attacks["io_uring"] in ("ok", "PermissionError: [Errno 1] "
+                                                 "Operation not permitted")  # io_uring_disabled
+    # the other families either open or fail with the kernel's own error, never EACCES
+    assert EACCES not in attacks_named(isolation_off, "socket ").values()

@@ -93,7 +93,7 @@ def test_doctor_json_reports_members_edges_and_hashes(
     worker = resolve(demo, "local/worker", "0.1.0")
     assert report["members"][1]["sha256"] == worker.sha256
     assert set(report["isolation"]) == {"mode", "landlock_abi", "files", "tcp", "scoped",
-                                        "missing", "offered"}
+                                        "seccomp", "missing", "offered"}
     assert report["isolation"]["mode"] == "auto"
 
 

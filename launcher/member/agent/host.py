@@ -9,7 +9,8 @@ In this order (docs/agent-protocol.md, docs/isolation.md):
    launcher's; its stderr may move to the bootstrap log), the environment it inherited
    overwritten in memory and emptied, SIGINT ignored, death with its runtime;
 2. :class:`AgentHost` reads ``start``, sets the agent's own environment, confines the
-   process (Landlock, then every capability dropped) before any capsule code is
+   process (Landlock, the seccomp socket filter, then every capability dropped) before
+   any capsule code is
    imported, loads the agent, and answers ``started``;
 3. it runs each task's turns as the runtime asks, with a ``TaskContext`` whose calls
    into the runtime (:class:`RemoteRun`, :class:`RemoteCalls`) travel over the
@@ -326,11 +327,13 @@ class AgentHost:
 
 
 def _confine(plan: dict[str, Any] | None) -> dict[str, Any]:
-    """Landlock, then every capability dropped; what was applied, for ``started``."""
+    """Landlock, the seccomp socket filter, then every capability dropped; what was
+    applied, for ``started``."""
     if not plan:
-        return {"landlock": 0, "capabilities_dropped": False}
+        return {"landlock": 0, "seccomp": False, "capabilities_dropped": False}
     from launcher.landlock import Confinement, HostSupport, confine, host_support
     from launcher.privileges import drop_all_capabilities
+    from launcher.seccomp import install
 
     support = host_support()
     asked = plan.get("abi")
@@ -346,8 +349,11 @@ def _confine(plan: dict[str, Any] | None) -> dict[str, Any]:
                             connect_ports=tuple(plan.get("connect", ())),
                             bind_ports=tuple(plan.get("bind", ()))), support)
         applied = support.abi
+    filtered = bool(plan.get("seccomp"))
+    if filtered:
+        install()
     drop_all_capabilities()
-    return {"landlock": applied, "capabilities_dropped": True}
+    return {"landlock": applied, "seccomp": filtered, "capabilities_dropped": True}
 
 
 def _path(value: Any) -> Path | None:
