@@ -324,6 +324,15 @@ def _without_port(host: bytes) -> bytes:
     return host.rsplit(b":", 1)[0].lower() if b":" in host else host.lower()
 
 
+def _port_is_number(host: bytes) -> bool:
+    """Whether ``host``'s port, when it has one, is a port number (1 to 5 digits)."""
+    rest = host[host.find(b"]") + 1:] if host.startswith(b"[") else host
+    if b":" not in rest:
+        return True
+    digits = rest.rsplit(b":", 1)[1]
+    return digits.isdigit() and 0 < len(digits) <= 5
+
+
 def _public_hosts(names: tuple[str, ...], port: int) -> frozenset[bytes]:
     """The Host values a listener beyond loopback answers: each name, alone or with the
     port (IPv6 addresses in brackets), in lower case."""
@@ -689,9 +698,9 @@ class DoorAuth:
             return True
         # On the listener beyond loopback, a public name with any port: a published port
         # (docker run -p 9443:8080, a Service) is not the one listened on, and the port
-        # is no defence against DNS rebinding, the name is.
+        # is no defence against DNS rebinding, the name is. Any port, but a number.
         return (port is not None and port == self.policy.public_port
-                and _without_port(host) in self._public_names)
+                and _without_port(host) in self._public_names and _port_is_number(host))
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str,
                       reason: str = "", **fields: str) -> None:

@@ -41,6 +41,7 @@ from gateway.metrics import CONTENT_TYPE, DoorMetrics, RequestMetrics
 from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, METRICS_PATH, route_path
 from gateway.rest import RestEndpoint
 from gateway.rpc import JsonRpcEndpoint, RpcEndpoint
+from gateway.streams import StreamLimits
 from gateway.tasks import (
     DEFAULT_MAX_FINISHED,
     DEFAULT_MAX_FINISHED_BYTES,
@@ -75,6 +76,8 @@ class DoorSettings:
     max_finished_tasks: int = DEFAULT_MAX_FINISHED
     #: The bytes (estimated) those ended tasks may hold together; past it, likewise.
     max_finished_bytes: int = DEFAULT_MAX_FINISHED_BYTES
+    #: The bounds on live streams, per owner, per task and at the door (docs/limits.md).
+    streams: StreamLimits = field(default_factory=StreamLimits)
 
 
 class DoorTasks(Protocol):
@@ -118,7 +121,8 @@ class LocalTasks:
                                max_finished=settings.max_finished_tasks,
                                max_finished_bytes=settings.max_finished_bytes)
         self.endpoint: JsonRpcEndpoint = RpcEndpoint(
-            self.store, trace, max_body=policy.max_body, stop=self.store.request_stop)
+            self.store, trace, max_body=policy.max_body, stop=self.store.request_stop,
+            streams=settings.streams.book())
 
     @property
     def held(self) -> int:

@@ -90,9 +90,15 @@ ERROR_TABLE: Mapping[str, ErrorSpec] = {
                                        400, "FAILED_PRECONDITION"),
     "MEMBER_BUSY": ErrorSpec(-32050, "member busy", "MEMBER_BUSY", 503, "UNAVAILABLE",
                              MURMUR_DOMAIN),
+    # The same code as a busy member (a caller waits and tries again), its own reason,
+    # and 429: one caller holds too much (gateway/streams.py).
+    "TOO_MANY_STREAMS": ErrorSpec(-32050, "too many streams", "TOO_MANY_STREAMS", 429,
+                                  "RESOURCE_EXHAUSTED", MURMUR_DOMAIN),
 }
-#: The same rows by JSON-RPC code (an upstream's error carries only its code).
-ERROR_BY_CODE: Mapping[int, ErrorSpec] = {spec.code: spec for spec in ERROR_TABLE.values()}
+#: The same rows by JSON-RPC code (an upstream's error carries only its code); where two
+#: rows share a code, the first.
+ERROR_BY_CODE: Mapping[int, ErrorSpec] = {
+    spec.code: spec for spec in reversed(list(ERROR_TABLE.values()))}
 #: The same rows by ErrorInfo reason (an HTTP+JSON upstream's error names its reason).
 ERROR_BY_REASON: Mapping[str, ErrorSpec] = {spec.reason: spec for spec in ERROR_TABLE.values()}
 
@@ -144,7 +150,8 @@ class RpcError(GatewayError):
         ``google.rpc.Status`` document (``code``, ``status``, ``message``, ``details``
         holding the same ErrorInfo and detail objects as the JSON-RPC ``data``)."""
         error = self.error_object()
-        spec = ERROR_BY_CODE.get(error["code"], ERROR_TABLE["INTERNAL_ERROR"])
+        spec = self.spec if error["code"] == self.spec.code else ERROR_BY_CODE.get(
+            error["code"], ERROR_TABLE["INTERNAL_ERROR"])
         details = error.get("data")
         if not (isinstance(details, list) and details
                 and all(isinstance(detail, dict) and "@type" in detail for detail in details)):

@@ -2,11 +2,14 @@
 section 13). DoorAuth is unchanged in front; behind it, instead of the local executor,
 :class:`RelayTasks`, in this order:
 
-1. **What the door knows** (:class:`KnownTask`): every task id the upstream reports to a
-   caller in answer to ``SendMessage`` or ``SendStreamingMessage`` (a result's task, a
-   stream's Task, status or artifact events) is recorded as that caller's, with the last
-   state and Task the door saw. Ended tasks are kept within the door's count and byte
-   bounds, oldest forgotten first, as a local door keeps its own.
+1. **What the door knows** (:class:`KnownTask`): the task a caller's new message
+   started, recorded as that caller's when the upstream first names it in its answer (a
+   result's task, a stream's Task, status or artifact events), with the last state and
+   Task the door saw. One request records at most that one task (:class:`Claim`): any
+   other id an answer names is ignored, and traced once per request
+   (``upstream_task_ignored``), so an upstream cannot fill the door with tasks. Ended
+   tasks are kept within the door's count and byte bounds, oldest forgotten first, as
+   a local door keeps its own.
 2. **Ownership**: ``GetTask``, ``CancelTask``, ``SubscribeToTask`` and a follow-up
    ``SendMessage`` for an id the caller does not own get the door's own ``-32001``,
    byte for byte what an unknown id gets, and never reach the upstream. The operator
@@ -23,7 +26,10 @@ section 13). DoorAuth is unchanged in front; behind it, instead of the local exe
 5. **Following**: a task the door knows that has not ended is followed with ``GetTask``
    (every 0.2 s, backing off to 2 s) so that its state, the gate, the trace
    (``a2a_task_received``, ``task_state``, from what the door sees) and the ``--task``
-   result stay true when nobody asks.
+   result stay true when nobody asks; at most ``concurrency + queue_depth`` followers
+   at once. ``SubscribeToTask`` opens one upstream stream per task, shared by every
+   local subscriber (:mod:`gateway.fanout`); the upstream client keeps its streams and
+   its calls in separate pools, so streams never take a call's connection.
 6. **ListTasks** is the door's: the tasks it knows that the caller may see, filtered and
    paged as a local door pages (the same cursors), each page's tasks read fresh from the
    upstream.
@@ -49,10 +55,12 @@ from gateway.agent_card import CardInfo, CardRoute, merged_card
 from gateway.auth import AuthPolicy
 from gateway.caller import Caller
 from gateway.door import OPERATOR_CALLER, Door, DoorSettings
+from gateway.fanout import Fanout
 from gateway.jsonrpc import RpcError, member_busy
 from gateway.metrics import DoorMetrics
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.rpc import JsonRpcEndpoint, send_message_request, validate_params
+from gateway.streams import StreamBook
 from gateway.tasks import (
     DEFAULT_PAGE_SIZE,
     TaskListeners,
@@ -113,6 +121,17 @@ def _task_id(params: dict[str, Any]) -> str:
     return task_id
 
 
+@dataclass(slots=True)
+class Claim:
+    """What one request may record: the first task its answer names when it is a new
+    message (``starts``), else nothing new; ``ignored`` counts the other ids named."""
+
+    caller: Caller
+    starts: bool
+    task_id: str | None = None
+    ignored: int = 0
+
+
 class RelayTasks(TaskListeners):
     """The tasks of a gateway member (see the module docstring); a ``DoorTasks``."""
 
@@ -133,8 +152,10 @@ class RelayTasks(TaskListeners):
         self._ended = 0
         self._accepting = True
         self._followers: dict[str, asyncio.Task[None]] = {}
+        self._fanouts: dict[str, Fanout] = {}
         self._cancels: set[asyncio.Task[None]] = set()
         self.endpoint: JsonRpcEndpoint = RelayEndpoint(self, trace, max_body=policy.max_body,
+                                                       streams=settings.streams.book(),
                                                        stop=self.request_stop)
 
     # --- 1. what the door knows --------------------------------------------------------
@@ -154,14 +175,24 @@ class RelayTasks(TaskListeners):
     def known(self, task_id: str) -> KnownTask | None:
         return self._tasks.get(task_id)
 
-    def _record(self, task_id: Any, context_id: Any, caller: Caller) -> KnownTask | None:
-        """The task ``task_id`` as the door knows it; a new id is recorded as
-        ``caller``'s (with ``a2a_task_received``)."""
+    def _record(self, task_id: Any, context_id: Any, claim: Claim | None) -> KnownTask | None:
+        """The task ``task_id`` as the door knows it; a new id is recorded as the
+        claim's caller's (with ``a2a_task_received``) when the claim may still start
+        one, else ignored."""
         if type(task_id) is not str or not task_id or len(task_id) > IDENTIFIER_LIMIT:
             return None
         known = self._tasks.get(task_id)
-        if known is not None:
+        if known is not None or claim is None:
             return known
+        if not claim.starts or claim.task_id is not None:
+            claim.ignored += 1
+            if claim.ignored == 1:
+                self._trace.emit("upstream_task_ignored", task_id=task_id,
+                                 credential=claim.caller.credential.name,
+                                 request_task=claim.task_id)
+            return None
+        claim.task_id = task_id
+        caller = claim.caller
         context = context_id if type(context_id) is str else ""
         known = KnownTask(task_id, caller.credential.owner, context,
                           TaskState.SUBMITTED, time.time_ns())
@@ -204,32 +235,29 @@ class RelayTasks(TaskListeners):
                 return
         self._follow(known)
 
-    def _observe_task(self, task: Any, caller: Caller | None) -> None:
-        """A Task in an answer: recorded as ``caller``'s when new (``caller`` None: only
-        a task already known is updated)."""
+    def _observe_task(self, task: Any, claim: Claim | None) -> None:
+        """A Task in an answer: recorded under ``claim`` when new (None: only a task
+        already known is updated)."""
         if not isinstance(task, dict):
             return
-        known = self._record(task.get("id"), task.get("contextId"), caller) \
-            if caller is not None else self._tasks.get(task.get("id"))  # type: ignore[arg-type]
+        known = self._record(task.get("id"), task.get("contextId"), claim)
         if known is not None:
             status = task.get("status")
             self._observe(known, status.get("state") if isinstance(status, dict) else None,
                           task)
 
-    def _observe_event(self, event: Any, caller: Caller | None) -> None:
+    def _observe_event(self, event: Any, claim: Claim | None) -> None:
         """One StreamResponse (or a SendMessage result: ``task`` or ``message``)."""
         if not isinstance(event, dict):
             return
         if "task" in event:
-            self._observe_task(event["task"], caller)
+            self._observe_task(event["task"], claim)
             return
         for key in ("statusUpdate", "artifactUpdate", "message"):
             body = event.get(key)
             if not isinstance(body, dict):
                 continue
-            task_id = body.get("taskId")
-            known = self._record(task_id, body.get("contextId"), caller) \
-                if caller is not None else self._tasks.get(task_id)  # type: ignore[arg-type]
+            known = self._record(body.get("taskId"), body.get("contextId"), claim)
             if known is not None and key == "statusUpdate":
                 status = body.get("status")
                 self._observe(known, status.get("state") if isinstance(status, dict)
@@ -328,15 +356,16 @@ class RelayTasks(TaskListeners):
     async def send(self, params: dict[str, Any], caller: Caller) -> Any:
         """SendMessage: a follow-up of an owned task, or a new task through the gate."""
         new = self._check_send(params, caller)
+        claim = Claim(caller, starts=new)
         if not new:
             result = await self._client.call("SendMessage", params)
-            self._observe_event(result, caller)
+            self._observe_event(result, claim)
             return result
         self.admit()
         try:
             result = await self._client.call("SendMessage", params,
                                              trace_parent=self._new_task_span())
-            self._observe_event(result, caller)
+            self._observe_event(result, claim)
         finally:
             _NEW_TASK_SPAN.set(None)      # no task named: the span goes with the request
             self.release()
@@ -347,7 +376,7 @@ class RelayTasks(TaskListeners):
         new = self._check_send(params, caller)
         if not new:
             return self._observed(await self._client.stream("SendStreamingMessage", params),
-                                  caller)
+                                  Claim(caller, starts=False))
         self.admit()
         try:
             events = await self._client.stream("SendStreamingMessage", params,
@@ -356,7 +385,7 @@ class RelayTasks(TaskListeners):
             _NEW_TASK_SPAN.set(None)
             self.release()
             raise
-        return self._observed(events, caller, holding=True)
+        return self._observed(events, Claim(caller, starts=True), holding=True)
 
     def _new_task_span(self) -> bytes:
         """The span of the task a new message is about to start upstream: its
@@ -366,13 +395,13 @@ class RelayTasks(TaskListeners):
         _NEW_TASK_SPAN.set(span)
         return traceparent(span)
 
-    async def _observed(self, events: AsyncIterator[Any], caller: Caller | None, *,
+    async def _observed(self, events: AsyncIterator[Any], claim: Claim | None, *,
                         holding: bool = False) -> AsyncIterator[Any]:
         """``events`` as they come, each observed first; a place taken at the gate is
         given back once the first event has named the task (or the stream ends)."""
         try:
             async for event in events:
-                self._observe_event(event, caller)
+                self._observe_event(event, claim)
                 if holding:
                     holding = False
                     self.release()
@@ -411,14 +440,33 @@ class RelayTasks(TaskListeners):
         return task
 
     async def subscribe(self, params: dict[str, Any], caller: Caller) -> AsyncIterator[Any]:
-        self.reach(_task_id(params), caller)
-        return self._observed(await self._client.stream("SubscribeToTask", params), None)
+        """The task's one upstream subscription, opened by its first subscriber and
+        shared with every later one (:mod:`gateway.fanout`)."""
+        task_id = _task_id(params)
+        self.reach(task_id, caller)
+        fanout = self._fanouts.get(task_id)
+        if fanout is not None and not fanout.closed:
+            async def now() -> dict[str, Any]:
+                return {"task": await self._client.call("GetTask", {"id": task_id})}
+
+            return fanout.join(first=now)
+        upstream = await self._client.stream("SubscribeToTask", {"id": task_id})
+        fanout = Fanout(upstream, on_event=lambda event: self._observe_event(event, None),
+                        on_close=lambda closed: self._forget_fanout(task_id, closed))
+        self._fanouts[task_id] = fanout
+        return fanout.join()
+
+    def _forget_fanout(self, task_id: str, fanout: Fanout) -> None:
+        if self._fanouts.get(task_id) is fanout:
+            del self._fanouts[task_id]
 
     # --- 5. following ------------------------------------------------------------------
 
     def _follow(self, known: KnownTask) -> None:
         if known.id in self._followers or not known.live:
             return
+        if len(self._followers) >= self._gate.holds:
+            return  # bounded by the gate; the others are read when asked
         self._followers[known.id] = asyncio.get_running_loop().create_task(
             self._follower(known), name=f"murmur-relay-follow-{known.id}")
 
@@ -501,7 +549,8 @@ class RelayTasks(TaskListeners):
         # Answered with a Message alone: the task ended in its answer; keep it as one.
         reply = result.get("message") if isinstance(result, dict) else None
         task_id = new_id()
-        known = self._record(task_id, (reply or {}).get("contextId"), caller)
+        known = self._record(task_id, (reply or {}).get("contextId"),
+                             Claim(caller, starts=True))
         assert known is not None
         final = {"id": task_id, "contextId": known.context_id,
                  "status": {"state": TaskState.COMPLETED, "message": reply,
@@ -570,8 +619,10 @@ class RelayEndpoint(JsonRpcEndpoint):
     (:class:`gateway.rpc.JsonRpcEndpoint`), each A2A method relayed by ``tasks``."""
 
     def __init__(self, tasks: RelayTasks, trace: TraceBus, *, max_body: int,
-                 stop: Callable[[str], None], keepalive: float | None = None) -> None:
-        super().__init__(trace, max_body=max_body, stop=stop, keepalive=keepalive)
+                 stop: Callable[[str], None], keepalive: float | None = None,
+                 streams: StreamBook | None = None) -> None:
+        super().__init__(trace, max_body=max_body, stop=stop, keepalive=keepalive,
+                         streams=streams)
         self._unary.update({
             "SendMessage": tasks.send,
             "GetTask": tasks.get,

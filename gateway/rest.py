@@ -51,7 +51,6 @@ from gateway.rpc import (
     Unary,
     check_version,
     content_type_not_supported,
-    serve_stream,
 )
 from gateway.trace_context import (
     INCOMING_TRACEPARENT,
@@ -99,9 +98,8 @@ class RestEndpoint:
             if route.method in TASK_STARTING_METHODS:     # the task's span is its child
                 INCOMING_TRACEPARENT.set(incoming_traceparent(scope))
             if streaming is not None:
-                events = await streaming(params, caller)
-                await serve_stream(receive, send, events, self._rpc.keepalive, _RestFraming,
-                                   SSE_HEADERS)
+                await self._rpc.stream(receive, send, route.method, params, caller,
+                                       streaming, _RestFraming, SSE_HEADERS)
                 return
             assert unary is not None
             body = dumps(await unary(params, caller))

@@ -55,6 +55,7 @@ from gateway.jsonrpc import (
     sse_result,
 )
 from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, TERMINAL_STATES, VERSION_HEADER
+from gateway.streams import StreamBook, StreamTicket
 from gateway.tasks import StreamEvent, TaskRecord, TaskStore, acts_as_operator
 from gateway.trace_bus import TraceBus
 from gateway.trace_context import (
@@ -112,7 +113,7 @@ class JsonRpcEndpoint:
     silent, in seconds, before a comment (default :data:`SSE_KEEPALIVE_SECONDS`)."""
 
     def __init__(self, trace: TraceBus, *, max_body: int, stop: Callable[[str], None],
-                 keepalive: float | None = None) -> None:
+                 keepalive: float | None = None, streams: StreamBook | None = None) -> None:
         # Read when the endpoint is built, so the module default is the one place to
         # change it (a test sets it small).
         keepalive = SSE_KEEPALIVE_SECONDS if keepalive is None else keepalive
@@ -123,6 +124,8 @@ class JsonRpcEndpoint:
         self._stop = stop
         #: The one keep-alive timer of this door's streams, on either binding.
         self.keepalive = KeepAlive(keepalive)
+        #: The bounds on this door's live streams, on either binding (gateway/streams.py).
+        self.streams = streams if streams is not None else StreamBook()
         self._unary: dict[str, Unary] = {"murmur.StopSession": self.stop_session}
         self._streaming: dict[str, Streaming] = {"murmur.WatchSession": self.watch_session}
 
@@ -144,9 +147,8 @@ class JsonRpcEndpoint:
             if request.method in TASK_STARTING_METHODS:   # the task's span is its child
                 INCOMING_TRACEPARENT.set(incoming_traceparent(scope))
             if streaming is not None:
-                events = await streaming(request.params, caller)
-                await serve_stream(receive, send, events, self.keepalive,
-                                   _JsonRpcFraming(request_id))
+                await self.stream(receive, send, request.method, request.params, caller,
+                                  streaming, _JsonRpcFraming(request_id))
                 return
             assert unary is not None
             answer = encode_result(request_id, await unary(request.params, caller))
@@ -162,6 +164,19 @@ class JsonRpcEndpoint:
             log.exception("JSON-RPC request %s failed", _loggable_id(request_id))
             answer = encode_error(request_id, RpcError("INTERNAL_ERROR"))
         await send_json(send, status, answer)
+
+    async def stream(self, receive: Receive, send: Send, method: str, params: dict[str, Any],
+                     caller: Caller, streaming: Streaming, framing: StreamFraming,
+                     headers: Headers = SSE_HEADERS) -> None:
+        """A stream on either binding: its place in the book first (a refusal raises
+        before anything is started), then the method, then the events."""
+        ticket = self.streams.admit(caller.credential.owner, _followed_task(method, params))
+        try:
+            events = await streaming(params, caller)
+            await serve_stream(receive, send, events, self.keepalive, framing, headers,
+                               ticket)
+        finally:
+            ticket.release()
 
     def handlers(self, method: str) -> tuple[Unary | None, Streaming | None]:
         """The handler of ``method``: (unary, None) or (None, streaming); the refusal of a
@@ -202,8 +217,10 @@ class RpcEndpoint(JsonRpcEndpoint):
     """The JSON-RPC endpoint of a door whose tasks run here, in ``store``."""
 
     def __init__(self, store: TaskStore, trace: TraceBus, *, max_body: int,
-                 stop: Callable[[str], None], keepalive: float | None = None) -> None:
-        super().__init__(trace, max_body=max_body, stop=stop, keepalive=keepalive)
+                 stop: Callable[[str], None], keepalive: float | None = None,
+                 streams: StreamBook | None = None) -> None:
+        super().__init__(trace, max_body=max_body, stop=stop, keepalive=keepalive,
+                         streams=streams)
         self._store = store
         self._unary.update({
             "SendMessage": self.send_message,
@@ -499,9 +516,11 @@ class _JsonRpcFraming:
 
 async def serve_stream(receive: Receive, send: Send, events: AsyncIterator[Any],
                        keepalive: KeepAlive, framing: StreamFraming,
-                       headers: Headers = SSE_HEADERS) -> None:
-    """Send ``events`` as SSE, framed by ``framing``, until they end or the client goes
-    away; a comment keeps an idle stream alive (clients time out on silence)."""
+                       headers: Headers = SSE_HEADERS,
+                       ticket: StreamTicket | None = None) -> None:
+    """Send ``events`` as SSE, framed by ``framing``, until they end, the client goes
+    away, or ``ticket`` is evicted for room (the stream then ends as if the task's
+    events had); a comment keeps an idle stream alive (clients time out on silence)."""
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     writer = _SseWriter(send)
     keepalive.add(writer)
@@ -523,20 +542,36 @@ async def serve_stream(receive: Receive, send: Send, events: AsyncIterator[Any],
 
     pumping = asyncio.ensure_future(pump())
     watching = asyncio.ensure_future(wait_disconnect(receive))
+    waits: set[asyncio.Future[Any]] = {pumping, watching}
+    evicted = None
+    if ticket is not None:
+        evicted = asyncio.ensure_future(ticket.evicted.wait())
+        waits.add(evicted)
     try:
-        done, _ = await asyncio.wait({pumping, watching}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         keepalive.discard(writer)
         await writer.close()
-        for task in (pumping, watching):
+        for task in waits:
             task.cancel()
-        for task in (pumping, watching):
+        for task in waits:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             with contextlib.suppress(Exception):
                 await aclose()
-    if pumping in done:
+    if pumping in done or evicted in done:  # ended, or evicted for room: a clean end
         with contextlib.suppress(Exception):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _followed_task(method: str, params: dict[str, Any]) -> str | None:
+    """The task a stream follows, when the request names it: SubscribeToTask's ``id``,
+    a SendStreamingMessage's ``message.taskId`` (a new task has none yet)."""
+    if method == "SubscribeToTask":
+        task_id = params.get("id")
+    else:
+        message = params.get("message")
+        task_id = message.get("taskId") if isinstance(message, dict) else None
+    return task_id if isinstance(task_id, str) and task_id else None

@@ -201,10 +201,13 @@ def read_json(body: bytes) -> Any:
 class UpstreamClient:
     """One upstream at ``url`` for the member ``member`` (the name the door's errors
     use), spoken to in the binding its card offers (``framing``: JSON-RPC by default).
-    The session is made in the running loop on first use."""
+    Calls and streams have a pool each (``limit`` and ``stream_limit`` connections), so
+    streams held open never take the connection a call (the door's own follower's, the
+    operator's) needs. The sessions are made in the running loop on first use."""
 
     def __init__(self, url: str, *, member: str, headers: Mapping[str, str],
-                 limit: int = 100, framing: UpstreamFraming | None = None) -> None:
+                 limit: int = 100, stream_limit: int = 100,
+                 framing: UpstreamFraming | None = None) -> None:
         self.url = url
         self.member = member
         self._framing = framing if framing is not None else JsonRpcFraming(url)
@@ -212,21 +215,32 @@ class UpstreamClient:
                          VERSION_HEADER: A2A_VERSION}
         self._stream_headers = {**self._headers, "Accept": "text/event-stream"}
         self._limit = limit
+        self._stream_limit = stream_limit
         self._session: aiohttp.ClientSession | None = None
+        self._stream_session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:  # the member, never the address
         return f"UpstreamClient(member={self.member!r})"
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        """The calls' pool."""
         if self._session is None or self._session.closed:
             self._session = new_session(self._limit)
         return self._session
 
+    @property
+    def stream_session(self) -> aiohttp.ClientSession:
+        """The streams' pool."""
+        if self._stream_session is None or self._stream_session.closed:
+            self._stream_session = new_session(self._stream_limit)
+        return self._stream_session
+
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._stream_session):
+            if session is not None:
+                await session.close()
+        self._session = self._stream_session = None
 
     async def call(self, method: str, params: Mapping[str, Any], *,
                    trace_parent: bytes | None = None) -> Any:
@@ -255,7 +269,7 @@ class UpstreamClient:
         headers = self._stream_headers if trace_parent is None else {
             **self._stream_headers, "traceparent": trace_parent.decode("ascii")}
         try:
-            response = await self.session.request(
+            response = await self.stream_session.request(
                 verb, url, data=body, headers=headers, allow_redirects=False)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise not_answered(self.member, _failure(exc)) from None

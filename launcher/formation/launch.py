@@ -559,6 +559,13 @@ class Launch:
         return await self._serve(member)
 
     def _announce(self) -> None:
+        # The running record first: whoever reads the line finds the record complete.
+        entry = self.members[self.admitted.entry.name]
+        if self._record is not None and entry.ready is not None:
+            self._record = dataclasses.replace(
+                self._record, member=entry.name, door_url=entry.ready.door_url,
+                records_dir=str(entry.ready.records_dir), public_url=entry.ready.public_url)
+            self._save_record()
         line = formation_line(self.formation_id, self.admitted.project_dir,
                               list(self.members.values()))
         stream, text = ((sys.stdout, json.dumps(line) + "\n") if self.json_mode
@@ -566,12 +573,6 @@ class Launch:
         with contextlib.suppress(OSError, ValueError):  # nobody reads it: run anyway
             stream.write(text)
             stream.flush()
-        entry = self.members[self.admitted.entry.name]
-        if self._record is not None and entry.ready is not None:
-            self._record = dataclasses.replace(
-                self._record, member=entry.name, door_url=entry.ready.door_url,
-                records_dir=str(entry.ready.records_dir))
-            self._save_record()
 
     async def _copy_result(self, reader: asyncio.StreamReader) -> None:
         """The entry member's stdout after its readiness line: its result."""

@@ -5,6 +5,9 @@
     {"event":"formation","formation_id":"frm_…","project_dir":"/…",
      "members":[{"name","entry","pid","session_id","door_url","workdir"}, …]}
 
+plus ``public_url`` (at the top and on the entry member's row) when ``--publish`` put
+the entry member's door beyond loopback.
+
 Otherwise a short table on stderr, so that with ``--task`` stdout holds the entry
 member's result alone (``answer=$(mur run --roster --task …)`` works).
 """
@@ -21,7 +24,8 @@ from launcher.formation.members import LaunchedMember
 def formation_line(formation_id: str, project_dir: Path,
                    members: Sequence[LaunchedMember]) -> dict[str, Any]:
     """The formation line's object, members in roster order."""
-    rows = []
+    rows: list[dict[str, Any]] = []
+    published = None
     for member in sorted(members, key=lambda m: m.spec.index):
         ready = member.ready
         rows.append({
@@ -32,8 +36,13 @@ def formation_line(formation_id: str, project_dir: Path,
             "door_url": ready.door_url if ready else None,
             "workdir": str(member.workdir),
         })
-    return {"event": "formation", "formation_id": formation_id,
-            "project_dir": str(project_dir), "members": rows}
+        if member.entry and ready is not None and ready.public_url is not None:
+            published = rows[-1]["public_url"] = ready.public_url
+    line: dict[str, Any] = {"event": "formation", "formation_id": formation_id,
+                            "project_dir": str(project_dir), "members": rows}
+    if published is not None:
+        line["public_url"] = published
+    return line
 
 
 def render_table(line: dict[str, Any]) -> str:
@@ -50,4 +59,6 @@ def render_table(line: dict[str, Any]) -> str:
     lines = [f"formation {line['formation_id']} ({len(rows)} member"
              f"{'s' if len(rows) != 1 else ''}) in {line['project_dir']}",
              render(header), *(render(row) for row in rows)]
+    if line.get("public_url"):
+        lines.append(f"  the entry door is published at {line['public_url']}")
     return "\n".join(lines) + "\n"

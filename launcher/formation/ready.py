@@ -82,6 +82,8 @@ class Ready:
     door_url: str
     records_dir: Path
     formation_id: str | None
+    #: Where the door is published beyond loopback (``--listen``), when it is.
+    public_url: str | None = None
 
     @property
     def operator_token_path(self) -> Path:
@@ -158,8 +160,11 @@ def parse_ready_line(line: bytes, *, member: str, formation_id: str | None) -> R
     if (not isinstance(records_dir, str) or not os.path.isabs(records_dir)
             or not _under(Path(os.path.normpath(records_dir)), root)):
         raise NotReady(member, f"its readiness line reports no records directory under {root}")
+    public_url = data.get("public_url")
     return Ready(member=member, session_id=session_id, pid=pid, door_url=data["door_url"],
-                 records_dir=Path(os.path.normpath(records_dir)), formation_id=reported)
+                 records_dir=Path(os.path.normpath(records_dir)), formation_id=reported,
+                 public_url=public_url if isinstance(public_url, str)
+                 and public_url.startswith(("http://", "https://")) else None)
 
 
 def card_names_session(card: object, session_id: str) -> bool:

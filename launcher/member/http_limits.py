@@ -4,10 +4,11 @@
 In order: the bounds, the connection cap they default to and the accept batch the cap
 sets; :class:`ConnectionBook`, what every connection of one server shares (how many are
 open, which to close for room, the sweep that ends overdue ones); the protocol, whose
-overrides count a head's bytes and whose state says where a connection is (waiting for
-a head, receiving a body, busy); :func:`protocol_for`, the protocol class bound to one
-server's book. Each bound's default and the reasons are in ``docs/member-runtime.md``
-("Connections and floods").
+overrides count a head's bytes, make an absolute-form target's authority the ``Host``
+(so DoorAuth's DNS-rebinding check reads it), and whose state says where a connection
+is (waiting for a head, receiving a body, busy); :func:`protocol_for`, the protocol
+class bound to one server's book. Each bound's default and the reasons are in
+``docs/member-runtime.md`` ("Connections and floods").
 
 The request path stays cheap: two overrides run per request (``data_received``, which
 adds a head's reads up, and ``on_message_complete``, which marks where the next head
@@ -27,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
@@ -76,6 +78,13 @@ def connection_cap(wanted: int, soft_limit: int | None = None) -> int:
     if soft_limit == resource.RLIM_INFINITY or soft_limit <= 0:
         return wanted
     return max(1, min(wanted, soft_limit // 2))
+
+
+def stream_room(cap: int) -> int:
+    """How many live streams the door may hold with ``cap`` connections: all but an
+    eighth (at least 8) kept for new requests, so a caller holding streams never takes
+    the last connection (gateway/streams.py makes room at that bound)."""
+    return max(1, cap - max(8, cap // 8))
 
 
 def accept_batch(cap: int) -> int:
@@ -251,6 +260,28 @@ class DoorHttpProtocol(HttpToolsProtocol):
             self.transport.write(b"".join(content))
         self.close_for_limit()
 
+    def on_headers_complete(self) -> None:
+        # A target in absolute form (``GET http://host:port/ HTTP/1.1``) names the host
+        # the request is for, and HTTP says the server must use it, not ``Host``: it
+        # becomes the ``Host`` DoorAuth checks (DNS rebinding), so the check cannot be
+        # gone around by naming a loopback Host beside another authority.
+        if self.url[:1] != b"/" and self.url != b"*":
+            self._authority_as_host()
+        _base_headers_complete(self)
+
+    def _authority_as_host(self) -> None:
+        try:
+            parsed = httptools.parse_url(self.url)
+        except httptools.HttpParserInvalidURLError:
+            authority = self.url  # authority-form, or not a URL: matches no Host
+        else:
+            host = parsed.host or b""
+            if b":" in host:
+                host = b"[" + host + b"]"
+            authority = host + (b":%d" % parsed.port if parsed.port is not None else b"")
+        self.headers[:] = [item for item in self.headers if item[0] != b"host"]
+        self.headers.append((b"host", authority))
+
     def on_message_complete(self) -> None:
         self._done = self.cycle  # what the parser reads next is the next head
         self._head_bytes = 0
@@ -264,6 +295,7 @@ class DoorHttpProtocol(HttpToolsProtocol):
 
 _base_data_received = HttpToolsProtocol.data_received
 _base_message_complete = HttpToolsProtocol.on_message_complete
+_base_headers_complete = HttpToolsProtocol.on_headers_complete
 
 
 def _no_delay(transport: Any) -> None:

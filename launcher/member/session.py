@@ -39,6 +39,7 @@ from gateway.door import Door, DoorSettings, build_door
 from gateway.jsonrpc import RpcError
 from gateway.metrics import DoorMetrics
 from gateway.protocol import TERMINAL_STATES, TaskState
+from gateway.streams import StreamLimits
 from gateway.trace_bus import TraceBus, TraceRecord
 from gateway.trace_context import Span
 from launcher import descendants
@@ -304,7 +305,7 @@ class MemberSession:
         return RunningRecord(
             id=self.plan.session_id, pid=pid, start=process_start_time(pid), kind="session",
             formation_id=self.place.formation_id, member=self.place.member,
-            door_url=self.door_url, records_dir=str(records.dir),
+            door_url=self.door_url, records_dir=str(records.dir), public_url=self.public_url,
             project_dir=os.path.realpath(self.options.project),
             capsule=self.options.capsule, version=self.options.version, started=now_iso())
 
@@ -604,7 +605,8 @@ class MemberSession:
         return DoorSettings(
             card=card_info(manifest, session_id=self.plan.session_id, place=self.place,
                            door_url=self.door_url),
-            gate=gate_config(manifest, self.options), out_dir=records.out)
+            gate=gate_config(manifest, self.options), out_dir=records.out,
+            streams=stream_limits())
 
     def _build_door(self, agent: Any, records: SessionRecords) -> Door:
         return build_door(agent, self._door_settings(records), policy=self._policy(records),
@@ -985,3 +987,13 @@ async def _bounded(awaitable: Awaitable[Any], seconds: float) -> None:
     """Wait for ``awaitable`` at most ``seconds``; its failure is not this caller's."""
     with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
         await asyncio.wait_for(awaitable, seconds)
+
+
+def stream_limits() -> StreamLimits:
+    """The door's stream bounds: the defaults, within the room its connection cap leaves."""
+    from launcher.member.http_limits import DoorLimits, connection_cap, stream_room
+
+    room = stream_room(connection_cap(DoorLimits().connections))
+    defaults = StreamLimits()
+    return StreamLimits(per_owner=min(defaults.per_owner, room),
+                        per_task=min(defaults.per_task, room), total=min(defaults.total, room))

@@ -19,6 +19,7 @@ from gateway.a2a import (
     parse_task_state,
 )
 from gateway.jsonrpc import (
+    ERROR_BY_CODE,
     ERROR_TABLE,
     RequestError,
     RpcError,
@@ -133,7 +134,12 @@ def test_the_error_table_holds_the_a2a_codes() -> None:
     codes = {spec.code for spec in ERROR_TABLE.values()}
     assert set(range(-32009, -32000)) <= codes
     assert {-32700, -32600, -32601, -32602, -32603, -32050} <= codes
-    assert len(codes) == len(ERROR_TABLE), "one row per code"
+    # one row per code, but -32050: a busy member and too many streams (a caller waits
+    # and tries again either way), told apart by their ErrorInfo reasons
+    assert len(codes) == len(ERROR_TABLE) - 1
+    shared = [name for name, spec in ERROR_TABLE.items() if spec.code == -32050]
+    assert shared == ["MEMBER_BUSY", "TOO_MANY_STREAMS"]
+    assert ERROR_BY_CODE[-32050] is ERROR_TABLE["MEMBER_BUSY"]  # an upstream's -32050
 
 
 def test_an_error_carries_an_error_info_first() -> None:

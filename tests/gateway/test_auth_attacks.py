@@ -607,3 +607,26 @@ def test_door_auth_is_pure_asgi() -> None:
     from starlette.middleware.base import BaseHTTPMiddleware
 
     assert not issubclass(DoorAuth, BaseHTTPMiddleware)
+
+
+# -- the Host on a listener beyond loopback ---------------------------------------------
+
+
+async def test_a_public_name_with_a_port_that_is_not_a_number_is_refused_421() -> None:
+    from gateway.auth import AuthPolicy
+    from gateway.door import DoorSettings, build_door
+    from tests.support.door import card_info
+
+    async def agent(task: Any) -> str:
+        return "ok"
+
+    door = build_door(agent, DoorSettings(card=card_info()), policy=AuthPolicy(
+        public_port=9443, public_hosts=("door.example",)))
+    transport = httpx.ASGITransport(app=door.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://door.example:9443",
+                                 headers={"A2A-Version": "1.0"}) as client:
+        for host, status in (("door.example:9443", 200), ("door.example:8080", 200),
+                             ("door.example:abc", 421), ("door.example:", 421),
+                             ("door.example:123456", 421), ("other.example:9443", 421)):
+            answer = await client.get("/.well-known/agent-card.json", headers={"Host": host})
+            assert answer.status_code == status, host

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import socket
 import ssl
 import uuid
@@ -201,6 +202,12 @@ async def test_publish_serves_the_entry_members_door_and_only_it(tmp_path: Path,
     try:
         line = read_formation_line(process, timeout=90)
         entry = next(m for m in line["members"] if m["entry"])
+        # the published address is on the formation line and in the running record
+        assert line["public_url"] == entry["public_url"] == f"http://{PUBLIC}:{port}"
+        assert "public_url" not in next(m for m in line["members"] if not m["entry"])
+        launcher_record = json.loads(
+            (murmur_home / "running" / f"{line['formation_id']}.json").read_text())
+        assert launcher_record["public_url"] == f"http://{PUBLIC}:{port}"
         records = Path(next(p for p in (murmur_home / "records").rglob(entry["session_id"])))
         token = (records / "operator.token").read_text()
         assert await ask_with_sdk(f"http://{PUBLIC}:{port}", token, "hi") == "front: hi"

@@ -589,3 +589,46 @@ async def test_accept_errors_past_the_descriptor_limit_are_logged_once_per_windo
     assert accept[1].endswith(f"more lines like {ACCEPT_ERROR!r} were not logged in 60 s.")
     held = re.search(r"(\d+) more lines like", accept[1])
     assert held is not None and int(held.group(1)) >= 1, accept[1]
+
+
+# --- the target's authority (DNS rebinding) ----------------------------------------------
+
+
+def public_door() -> Any:
+    """A real public door: DoorAuth's only check is the Host (421)."""
+    return build_door(agent, DoorSettings(card=card_info())).app
+
+
+async def raw_status(port: int, head: bytes) -> bytes:
+    reader, writer = await connect(port)
+    writer.write(head)
+    answer = await asyncio.wait_for(reader.readline(), 5)
+    writer.close()
+    return answer
+
+
+async def test_an_absolute_form_target_naming_another_host_is_refused_421_behind_a_loopback_host(
+) -> None:
+    """DNS rebinding through the request line: the Host says loopback, the target names
+    the attacker's host, which HTTP says the server must use."""
+    async with serving(public_door()) as (_, port):
+        forged = await raw_status(port, (
+            b"GET http://rebound.example:%d/.well-known/agent-card.json HTTP/1.1\r\n"
+            b"Host: 127.0.0.1:%d\r\n\r\n") % (port, port))
+        assert forged.startswith(b"HTTP/1.1 421 "), forged
+        honest = await raw_status(port, (
+            b"GET http://127.0.0.1:%d/.well-known/agent-card.json HTTP/1.1\r\n"
+            b"Host: rebound.example\r\n\r\n") % (port,))
+        assert honest.startswith(b"HTTP/1.1 200 "), honest  # the target's authority rules
+        ipv6 = await raw_status(port, (
+            b"GET http://[::1]:%d/healthz HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n")
+            % (port, port))
+        assert ipv6.startswith(b"HTTP/1.1 200 "), ipv6
+
+
+async def test_a_host_whose_port_is_not_a_number_is_refused_421() -> None:
+    async with serving(public_door()) as (_, port):
+        for host in (b"127.0.0.1:abc", b"localhost:%d0x" % port, b"[::1]:-1"):
+            answer = await raw_status(port, b"GET /.well-known/agent-card.json HTTP/1.1\r\n"
+                                            b"Host: " + host + b"\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 421 "), (host, answer)

@@ -1,0 +1,128 @@
+"""One upstream subscription per task, shared by every local subscriber of a gateway door.
+
+A gateway door relays ``SubscribeToTask``; opened once per local subscriber, a hundred
+subscribers of one slow task held a hundred upstream connections, and took the ones the
+door's own calls needed. So a :class:`Fanout` holds the one upstream stream of a task and
+copies each event to every subscriber, in this order:
+
+1. the first subscriber's request opens the upstream stream (a refusal is its own
+   answer); it reads every event from the first, the Task itself;
+2. a later subscriber is given the task as the door reads it now (one ``GetTask``, its
+   first event, as the specification has a subscription begin), then every event
+   after it joined;
+3. each event is observed by the door once (``on_event``), then queued for each
+   subscriber; a subscriber more than ``backlog`` events behind is dropped (its stream
+   ends; it may subscribe again), so a slow reader never holds the door's memory;
+4. the upstream stream ending (or failing) ends every subscriber's stream the same way;
+   the last subscriber leaving closes the upstream stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final
+
+#: How many events a subscriber may be behind before it is dropped.
+BACKLOG: Final = 256
+
+_END: Final = object()
+
+
+class _Subscriber:
+    __slots__ = ("queue", "dropped")
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.dropped = False
+
+
+class Fanout:
+    """The shared upstream stream of one task (see the module docstring)."""
+
+    def __init__(self, upstream: AsyncIterator[Any], *, on_event: Callable[[Any], None],
+                 on_close: Callable[[Fanout], None], backlog: int = BACKLOG) -> None:
+        self._upstream = upstream
+        self._on_event = on_event
+        self._on_close = on_close
+        self._backlog = backlog
+        self._subscribers: set[_Subscriber] = set()
+        self._pump: asyncio.Task[None] | None = None
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._subscribers)
+
+    def join(self, first: Callable[[], Awaitable[Any]] | None = None) -> AsyncIterator[Any]:
+        """A subscriber's events: from the upstream's first (``first`` None: the
+        subscriber that opened it), else ``first()``'s event, then what follows."""
+        subscriber = _Subscriber()
+        self._subscribers.add(subscriber)
+        if self._pump is None:
+            self._pump = asyncio.get_running_loop().create_task(
+                self._run(), name="murmur-relay-fanout")
+        return self._events(subscriber, first)
+
+    async def _events(self, subscriber: _Subscriber,
+                      first: Callable[[], Awaitable[Any]] | None) -> AsyncIterator[Any]:
+        try:
+            if first is not None:
+                yield await first()
+            while True:
+                item = await subscriber.queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self._leave(subscriber)
+
+    async def _run(self) -> None:
+        ending: Any = _END
+        try:
+            async for event in self._upstream:
+                self._on_event(event)
+                for subscriber in list(self._subscribers):
+                    self._offer(subscriber, event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - handed to every subscriber as is
+            ending = exc
+        finally:
+            self._close()
+            for subscriber in list(self._subscribers):
+                subscriber.queue.put_nowait(ending)
+
+    def _offer(self, subscriber: _Subscriber, event: Any) -> None:
+        if subscriber.queue.qsize() >= self._backlog:
+            subscriber.dropped = True
+            self._subscribers.discard(subscriber)
+            subscriber.queue.put_nowait(_END)
+            return
+        subscriber.queue.put_nowait(event)
+
+    def _leave(self, subscriber: _Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+        if not self._subscribers and self._pump is not None and not self._pump.done():
+            self._pump.cancel()
+            self._close()
+
+    def _close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._on_close(self)
+            aclose = getattr(self._upstream, "aclose", None)
+            if aclose is not None:
+                task = asyncio.get_running_loop().create_task(_quietly(aclose()))
+                _CLOSING.add(task)
+                task.add_done_callback(_CLOSING.discard)
+
+
+_CLOSING: set[asyncio.Task[None]] = set()
+
+
+async def _quietly(closing: Awaitable[Any]) -> None:
+    with contextlib.suppress(Exception):
+        await closing
