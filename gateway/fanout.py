@@ -31,11 +31,44 @@ _END: Final = object()
 
 
 class _Subscriber:
-    __slots__ = ("queue", "dropped")
+    """One subscriber's events: an async iterator whose ``aclose`` (or end) leaves the
+    fan-out, whether or not it was ever read (a stream whose client went away before its
+    first event is never read)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("queue", "_fanout", "_first", "_left")
+
+    def __init__(self, fanout: Fanout, first: Callable[[], Awaitable[Any]] | None) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.dropped = False
+        self._fanout = fanout
+        self._first = first
+        self._left = False
+
+    def __aiter__(self) -> _Subscriber:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._left:
+            raise StopAsyncIteration
+        try:
+            if self._first is not None:
+                first, self._first = self._first, None
+                return await first()
+            item = await self.queue.get()
+        except BaseException:
+            await self.aclose()
+            raise
+        if isinstance(item, BaseException):
+            await self.aclose()
+            raise item
+        if item is _END:
+            await self.aclose()
+            raise StopAsyncIteration
+        return item
+
+    async def aclose(self) -> None:
+        if not self._left:
+            self._left = True
+            self._fanout._leave(self)
 
 
 class Fanout:
@@ -57,27 +90,12 @@ class Fanout:
     def join(self, first: Callable[[], Awaitable[Any]] | None = None) -> AsyncIterator[Any]:
         """A subscriber's events: from the upstream's first (``first`` None: the
         subscriber that opened it), else ``first()``'s event, then what follows."""
-        subscriber = _Subscriber()
+        subscriber = _Subscriber(self, first)
         self._subscribers.add(subscriber)
         if self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(
                 self._run(), name="murmur-relay-fanout")
-        return self._events(subscriber, first)
-
-    async def _events(self, subscriber: _Subscriber,
-                      first: Callable[[], Awaitable[Any]] | None) -> AsyncIterator[Any]:
-        try:
-            if first is not None:
-                yield await first()
-            while True:
-                item = await subscriber.queue.get()
-                if item is _END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            self._leave(subscriber)
+        return subscriber
 
     async def _run(self) -> None:
         ending: Any = _END
@@ -97,7 +115,6 @@ class Fanout:
 
     def _offer(self, subscriber: _Subscriber, event: Any) -> None:
         if subscriber.queue.qsize() >= self._backlog:
-            subscriber.dropped = True
             self._subscribers.discard(subscriber)
             subscriber.queue.put_nowait(_END)
             return

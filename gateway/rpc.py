@@ -521,7 +521,11 @@ async def serve_stream(receive: Receive, send: Send, events: AsyncIterator[Any],
     """Send ``events`` as SSE, framed by ``framing``, until they end, the client goes
     away, or ``ticket`` is evicted for room (the stream then ends as if the task's
     events had); a comment keeps an idle stream alive (clients time out on silence)."""
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+    except BaseException:
+        await _close_events(events)  # never read: what it holds is let go all the same
+        raise
     writer = _SseWriter(send)
     keepalive.add(writer)
 
@@ -557,13 +561,17 @@ async def serve_stream(receive: Receive, send: Send, events: AsyncIterator[Any],
         for task in waits:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
+        await _close_events(events)
     if pumping in done or evicted in done:  # ended, or evicted for room: a clean end
         with contextlib.suppress(Exception):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _close_events(events: AsyncIterator[Any]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()
 
 
 def _followed_task(method: str, params: dict[str, Any]) -> str | None:

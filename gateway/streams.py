@@ -67,12 +67,6 @@ class StreamTicket:
     book: StreamBook | None
     evicted: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def bind_task(self, task_id: str) -> None:
-        """The stream turned out to follow ``task_id`` (a new task's stream)."""
-        if self.book is not None and self.task_id is None:
-            self.task_id = task_id
-            self.book._by_task[task_id] = self.book._by_task.get(task_id, 0) + 1
-
     def release(self) -> None:
         """The stream ended: its place is free (twice is once)."""
         book, self.book = self.book, None
@@ -111,11 +105,11 @@ class StreamBook:
                                    "already, the most a door serves one task")
         if self._count >= self.total:
             self._evict_one()
-        ticket = StreamTicket(owner, None, next(self._order), self)
+        ticket = StreamTicket(owner, task_id, next(self._order), self)
         self._by_owner.setdefault(owner, {})[ticket] = None
         self._count += 1
         if task_id is not None:
-            ticket.bind_task(task_id)
+            self._by_task[task_id] = self._by_task.get(task_id, 0) + 1
         return ticket
 
     def holders(self) -> Iterator[tuple[str, int]]:
