@@ -58,6 +58,12 @@ def owning_descendants() -> Iterator[bool]:
             _subreaper = False
 
 
+def owning() -> bool:
+    """Whether this process owns what runs below it now (inside
+    :func:`owning_descendants`)."""
+    return _subreaper
+
+
 def _set_subreaper(value: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
@@ -144,27 +150,27 @@ def reap_orphans() -> int:
     return reaped
 
 
-def end_orphans(seconds: float = END_SECONDS) -> int:
-    """Kill and reap every orphan subtree (children this process does not own); how
-    many processes were killed."""
+def end_orphans(seconds: float = END_SECONDS) -> frozenset[int]:
+    """Kill and reap every orphan subtree (children this process does not own); the
+    processes killed."""
     return _end(False, seconds)
 
 
-def end_descendants(seconds: float = END_SECONDS) -> int:
-    """Kill and reap everything below this process; how many processes were killed."""
+def end_descendants(seconds: float = END_SECONDS) -> frozenset[int]:
+    """Kill and reap everything below this process; the processes killed."""
     return _end(True, seconds)
 
 
-def _end(everything: bool, seconds: float) -> int:
+def _end(everything: bool, seconds: float) -> frozenset[int]:
     if not _subreaper or not os.path.isdir("/proc/self"):
-        return 0
+        return frozenset()
     until = time.monotonic() + seconds
     killed: set[int] = set()
     while True:
         parents = _parents()
         roots = _doomed_children(everything, parents)
         if not roots:
-            return len(killed)
+            return frozenset(killed)
         for pid in _subtrees(roots, parents):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -174,5 +180,5 @@ def _end(everything: bool, seconds: float) -> int:
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:
                     _owned.discard(pid)
         if time.monotonic() >= until:
-            return len(killed)
+            return frozenset(killed)
         time.sleep(0.005)

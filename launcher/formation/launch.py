@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.redaction import redact
 from gateway.tokens import FormationKey
 from launcher import descendants
+from launcher.agent_cgroup import end_left_over
 from launcher.channel import ChannelRefused, refuse_roster_inside_formation
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
 from launcher.durations import format_deadline, parse_deadline
@@ -295,6 +296,10 @@ class Launch:
             await self._end()
             if self._template is not None:
                 await asyncio.to_thread(self._template.close)
+            # A member killed with SIGKILL left its agent side's cgroup: end it whole.
+            await asyncio.to_thread(end_left_over, [
+                member.ready.session_id for member in self.members.values()
+                if member.ready is not None])
         return outcome
 
     def _on_signal(self, signum: int) -> None:

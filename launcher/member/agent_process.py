@@ -37,6 +37,7 @@ from typing import Any
 from gateway.tasks import AgentFn, TaskRun
 from gateway.trace_bus import TraceBus
 from launcher import descendants
+from launcher.agent_cgroup import AgentCgroup
 from launcher.errors import LauncherError
 from launcher.member.agent.protocol import (
     ANSWER,
@@ -228,13 +229,16 @@ class AgentProcess:
 
     def __init__(self, start: dict[str, Any], *, python: bool, max_turns: int,
                  calls_factory: Callable[[TaskRun], Any] | None, trace: TraceBus,
-                 spawn: Callable[[], AgentChild] = spawn_agent) -> None:
+                 spawn: Callable[[], AgentChild] = spawn_agent,
+                 cgroup: AgentCgroup | None = None) -> None:
         self._start = {"op": START, "v": VERSION, **start}
         self._python = python
         self._max_turns = max_turns
         self._calls_factory = calls_factory
         self._trace = trace
         self._spawn = spawn
+        #: The agent side's cgroup, where one could be made (launcher/agent_cgroup.py).
+        self._cgroup = cgroup
         self._child: AgentChild | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
@@ -257,6 +261,8 @@ class AgentProcess:
 
     async def _begin(self, child: AgentChild | None) -> None:
         child = child if child is not None else self._spawn()
+        if self._cgroup is not None:  # it runs no agent code before ``start``
+            self._cgroup.add(child.pid)
         self._child = child
         if child.output >= 0:
             relay_output(child.output)
@@ -392,9 +398,12 @@ class AgentProcess:
         failed = [entry for entry in self._running.values()
                   if entry.waiter is not None and not entry.waiter.done()]
         # What it started and left behind (a double-forked daemon) ends with it.
-        ended = await asyncio.to_thread(descendants.end_orphans)
+        ended: frozenset[int] = frozenset()
+        if self._cgroup is not None:
+            ended = await asyncio.to_thread(self._cgroup.kill)
+        ended |= await asyncio.to_thread(descendants.end_orphans)
         self._trace.emit("agent_process_ended", pid=child.pid if child else None,
-                         status=how, tasks_failed=len(failed), descendants_ended=ended)
+                         status=how, tasks_failed=len(failed), descendants_ended=len(ended))
         for entry in failed:
             assert entry.waiter is not None
             entry.waiter.set_exception(AgentProcessEnded(

@@ -33,6 +33,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from gateway.redaction import redact
+from launcher.agent_cgroup import remove_all
 from launcher.descendants import owning_descendants
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.ids import new_session_id
@@ -179,7 +180,10 @@ def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_i
     try:
         # Before any agent code runs: what it leaves behind comes here, and ends with it.
         with owning_descendants():
-            outcome, clean = _run_loop(MemberSession(plan, out))
+            try:
+                outcome, clean = _run_loop(MemberSession(plan, out))
+            finally:
+                remove_all()  # a cgroup the session could not remove itself
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a user
         _report(member_diagnostic(SESSION_NOT_STAGED, action="run",
                                   problem=f"{type(exc).__name__}: {exc}",

@@ -43,6 +43,7 @@ from gateway.streams import StreamLimits
 from gateway.trace_bus import TraceBus, TraceRecord
 from gateway.trace_context import Span
 from launcher import descendants
+from launcher.agent_cgroup import AgentCgroup
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.errors import LauncherError
@@ -192,6 +193,8 @@ class MemberSession:
         self._proxy: ProxySlot | None = None
         self._agent: AgentProcess | None = None
         self._upstream: Upstream | None = None
+        #: The agent side's cgroup, where one can be made (launcher/agent_cgroup.py).
+        self._cgroup: AgentCgroup | None = None
         self._live: dict[str, str] = {}
         #: The trust class of each task the member holds (for the forward proxy).
         self._trusts: dict[str, str] = {}
@@ -481,6 +484,13 @@ class MemberSession:
                           workdir=records.workdir, proxy_port=proxy_port,
                           bind_ports=bind_ports, seccomp=seccomp_support().available)
 
+    def _agent_cgroup(self) -> AgentCgroup | None:
+        """The agent side's cgroup, made once, where this runtime owns its processes and
+        may make one (docs/isolation.md, "Processes")."""
+        if self._cgroup is None and descendants.owning():
+            self._cgroup = AgentCgroup.make(self.plan.session_id)
+        return self._cgroup
+
     async def _start_agent(self, records: SessionRecords) -> Any:
         """Start the agent process (the warm fork ``main`` took, else a new one), tell
         it what to run and how it is confined; the door's AgentFn."""
@@ -510,7 +520,8 @@ class MemberSession:
         assert self._seam is not None
         process = AgentProcess(
             start, python=python, max_turns=manifest.inference.max_turns, trace=self.bus,
-            calls_factory=self._seam.calls_for if python and self.place.callees else None)
+            calls_factory=self._seam.calls_for if python and self.place.callees else None,
+            cgroup=self._agent_cgroup())
         self._agent = process
         child, self.plan.agent_child = self.plan.agent_child, None
         try:
@@ -521,7 +532,8 @@ class MemberSession:
                 version=self.options.version, problem=str(exc))) from None
         self.bus.emit("agent_process_started", pid=process.pid,
                       isolation=self.options.isolation, **confined,
-                      withheld=list(confinement.withheld) if confinement else [])
+                      withheld=list(confinement.withheld) if confinement else [],
+                      cgroup=str(self._cgroup.path) if self._cgroup else None)
         return process.agent_fn()
 
     async def _start_gateway(self, records: SessionRecords) -> Door | None:
@@ -552,7 +564,7 @@ class MemberSession:
         confinement = None
         if upstream.port is not None:
             confinement = self._confinement(records, slot.port, (upstream.port,))
-        await upstream.start(env, confinement=confinement)
+        await upstream.start(env, confinement=confinement, cgroup=self._agent_cgroup())
         waiting = asyncio.create_task(upstream.wait_for_card(self._ready_seconds(READY_SECONDS)),
                                       name="murmur-upstream-card")
         ended = asyncio.create_task(self._ended.wait())
@@ -902,6 +914,8 @@ class MemberSession:
             self._release_warm_child()
             # Whatever agent code started and left behind (a daemon that forked twice
             # and called setsid) was re-parented here: it ends with the member.
+            if self._cgroup is not None:
+                await asyncio.to_thread(self._cgroup.remove)
             await asyncio.to_thread(descendants.end_descendants)
             if self._proxy is not None:
                 await _bounded(self._proxy.close(), 2.0)

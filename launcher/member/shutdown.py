@@ -23,6 +23,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from launcher.agent_cgroup import remove_all
+from launcher.descendants import end_descendants
 from launcher.env_names import LIFELINE_GRACE_ENV
 
 #: Exit status of a member forced to stop (a second SIGTERM, the lifeline watchdog).
@@ -49,7 +51,12 @@ def _left_to_the_launcher(signum: int, frame: FrameType | None) -> None:
 
 
 def hard_exit(status: int) -> None:
-    """End the process at once with ``status``: nothing more is flushed or written."""
+    """End the process at once with ``status``: nothing more is flushed or written, but
+    what agent code started ends first (its cgroup, then whatever is below this process:
+    nothing it started outlives it, docs/isolation.md)."""
+    with contextlib.suppress(Exception):
+        remove_all(seconds=0.5)
+        end_descendants(seconds=0.5)
     os._exit(status)
 
 

@@ -53,6 +53,7 @@ from launcher.member.outcome import (
 )
 
 if TYPE_CHECKING:
+    from launcher.agent_cgroup import AgentCgroup
     from launcher.member.confinement import AgentPlan
     from launcher.seccomp import SocketFilter
 
@@ -139,11 +140,12 @@ class Upstream:
         return self.spec.agent.card_url(self.base_url if self.port is not None else None)
 
     async def start(self, env: Mapping[str, str], *,
-                    confinement: AgentPlan | None = None) -> None:
+                    confinement: AgentPlan | None = None,
+                    cgroup: AgentCgroup | None = None) -> None:
         """Start a ``command`` upstream (a ``url`` one already runs), confined as
         ``confinement`` says (Landlock, the socket filter and no capability, applied
         between its fork and its exec: both are built here, the child only applies
-        them)."""
+        them); in ``cgroup`` (joined first, before it is confined), when given."""
         agent = self.spec.agent
         if agent.command is None or self.port is None:
             return
@@ -151,14 +153,16 @@ class Upstream:
         argv[0] = _program(argv[0], env)
         ruleset = _ruleset(confinement)
         socket_filter = _socket_filter(confinement)
+        join = _join_fd(cgroup)
         try:
             with descendants.starting():
                 self.process = await asyncio.create_subprocess_exec(
                     *argv, cwd=self.spec.capsule_dir, env=dict(env), start_new_session=True,
                     stdin=asyncio.subprocess.DEVNULL, stdout=sys.stderr.fileno(),
                     stderr=sys.stderr.fileno(),
-                    preexec_fn=None if confinement is None
-                    else _confine_child(ruleset, socket_filter))
+                    preexec_fn=None if confinement is None and join is None
+                    else _confine_child(ruleset, socket_filter, join,
+                                        confined=confinement is not None))
                 descendants.own(self.process.pid)
         except (OSError, subprocess.SubprocessError) as exc:
             why = getattr(exc, "strerror", None) or exc
@@ -169,6 +173,8 @@ class Upstream:
         finally:
             if ruleset is not None:
                 os.close(ruleset)
+            if join is not None:
+                os.close(join)
 
     async def wait_for_card(self, seconds: float = READY_SECONDS) -> UpstreamClient:
         """Read the card until it answers; the client for its JSON-RPC interface."""
@@ -295,13 +301,27 @@ def _socket_filter(confinement: AgentPlan | None) -> SocketFilter | None:
     return socket_filter()
 
 
-def _confine_child(ruleset: int | None, socket_filter: SocketFilter | None
-                   ) -> Callable[[], None]:
+def _join_fd(cgroup: AgentCgroup | None) -> int | None:
+    if cgroup is None:
+        return None
+    try:
+        return cgroup.join_fd()
+    except OSError:
+        return None
+
+
+def _confine_child(ruleset: int | None, socket_filter: SocketFilter | None,
+                   join: int | None, *, confined: bool) -> Callable[[], None]:
     from launcher.landlock import restrict_self
     from launcher.privileges import drop_all_capabilities
     from launcher.seccomp import install
 
     def confine() -> None:  # in the child, between fork and exec
+        if join is not None:  # before Landlock, which would refuse the write
+            with contextlib.suppress(OSError):
+                os.write(join, b"0")
+        if not confined:
+            return
         if ruleset is not None:
             restrict_self(ruleset)
         if socket_filter is not None:

@@ -71,8 +71,16 @@ def daemon(pidfile):
 '''
 
 AGENT = DAEMON + r'''
+import asyncio
+
 
 async def run(task):
+    if task.text == "stubborn":  # ignores being cancelled: only a second SIGTERM ends it
+        while True:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                pass
     pid = daemon(os.path.join(task.tmp, f"daemon-{task.id}.pid"))
     if task.text == "die":
         os.kill(os.getpid(), 9)  # the agent process dies; its daemon must not live on
@@ -179,6 +187,24 @@ def test_a_gateway_upstreams_daemon_ends_with_its_member(project: Project) -> No
     assert gone_within(pid, 1.0), f"the upstream's daemon {pid} outlived its member"
 
 
+def test_a_daemon_ends_even_when_a_second_sigterm_ends_its_member_at_once(
+        project: Project) -> None:
+    project.capsule("spawner", agent=AGENT)
+    member = project.run("spawner")
+    kept = member.rpc("SendMessage", {"message": {
+        "messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "keep"}]}})
+    pid = int(kept["result"]["task"]["artifacts"][0]["parts"][0]["text"])
+    member.rpc("SendMessage", {"message": {
+        "messageId": "m-2", "role": "ROLE_USER", "parts": [{"text": "stubborn"}]},
+        "configuration": {"returnImmediately": True}})
+    member.signal()
+    time.sleep(0.5)  # winding down, held by the stubborn task
+    assert member.process.poll() is None
+    member.signal()
+    assert member.wait() == 143
+    assert gone_within(pid, 1.0), f"daemon {pid} outlived a member ended at once"
+
+
 # ------------------------------------------------------------------ a runtime killed outright
 
 
@@ -215,3 +241,65 @@ def test_a_daemon_of_a_member_killed_with_sigkill_ends_with_its_formation(
         launcher.send_signal(signal.SIGTERM)
         launcher.communicate(timeout=60)
     assert gone_within(pid, 1.0), f"daemon {pid} outlived its formation"
+
+
+# ------------------------------------------------------------------ the agent side's cgroup
+
+
+def can_make_cgroup() -> str | None:
+    """Why this process cannot make an agent-side cgroup here, or None."""
+    from launcher.agent_cgroup import AgentCgroup, cgroup_root
+
+    root = cgroup_root()
+    if root is None:
+        return "no cgroup v2 is mounted"
+    probe = AgentCgroup.make("probe-of-the-tests", root)
+    if probe is None:
+        return f"this user may not make a cgroup under {root} (or it has no cgroup.kill)"
+    probe.remove()
+    return None
+
+
+def cgroup_of(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return ""
+
+
+def test_where_a_cgroup_can_be_made_the_agent_side_runs_in_one_that_ends_whole(
+        project: Project) -> None:
+    why = can_make_cgroup()
+    if why is not None:
+        pytest.skip(f"{why}: the subreaper alone ends the agent side (tested above)")
+    project.capsule("spawner", agent=AGENT)
+    member = project.run("spawner")
+    answer = member.rpc("SendMessage", {"message": {
+        "messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "keep"}]}})
+    pid = int(answer["result"]["task"]["artifacts"][0]["parts"][0]["text"])
+    session = member.ready["session_id"]
+    started = next(r for r in member.trace() if r["event"] == "agent_process_started")
+    assert started["cgroup"] and started["cgroup"].endswith(f"/murmur-{session}")
+    assert cgroup_of(pid).endswith(f"/murmur-{session}")  # the daemon too
+    assert cgroup_of(member.pid) != cgroup_of(pid)  # the runtime is not in it
+    member.signal()
+    assert member.wait() == 0
+    assert gone_within(pid, 1.0)
+    assert not Path(started["cgroup"]).exists()  # removed with the member
+
+
+def test_a_cgroup_is_removed_when_its_member_ends_at_once(project: Project) -> None:
+    why = can_make_cgroup()
+    if why is not None:
+        pytest.skip(f"{why}: the subreaper alone ends the agent side (tested above)")
+    project.capsule("spawner", agent=AGENT)
+    member = project.run("spawner")
+    member.rpc("SendMessage", {"message": {
+        "messageId": "m-2", "role": "ROLE_USER", "parts": [{"text": "stubborn"}]},
+        "configuration": {"returnImmediately": True}})
+    started = next(r for r in member.trace() if r["event"] == "agent_process_started")
+    member.signal()
+    time.sleep(0.5)
+    member.signal()
+    assert member.wait() == 143
+    assert not Path(started["cgroup"]).exists()
