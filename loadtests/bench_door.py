@@ -10,9 +10,10 @@ Then the agent process (launcher/member/agent_process.py): a trivial python agen
 (``async def run(task): return "ok"``) served by the door (no DoorAuth) through an
 ``AgentProcess`` (a fresh interpreter on a socketpair, as a member runtime runs its
 agent code), without Landlock (``agent process``) and confined with the plan a member
-gives it (``agent process+landlock``), against the same door with an in-process AgentFn
-(``in-process agent``): SendMessage (blocking, JSON-RPC) at concurrency 1 (the latency
-one task adds: p50 and p99, and the p50 and p99 difference, goal within 1 ms) and at
+gives it, Landlock and the seccomp socket filter (``agent process+landlock``), against
+the same door with an in-process AgentFn (``in-process agent``): SendMessage (blocking,
+JSON-RPC) at concurrency 1 (the latency one task adds: p50 and p99, and the p50 and p99
+difference, goal within 1 ms) and at
 ``--concurrency`` (throughput, and its ratio to the in-process agent's). Server CPU per
 request there counts the agent process's CPU too.
 
@@ -193,10 +194,12 @@ def agent_process(root: Path, confined: bool) -> Any:
     if confined:
         from launcher.member.confinement import agent_plan
         from launcher.paths import murmur_home
+        from launcher.seccomp import seccomp_support
 
         plan = agent_plan(home=murmur_home(), capsule_dir=capsule,
                           session_dirs=(dirs["home"], dirs["tmp"], dirs["out"]),
-                          workdir=dirs["work"], proxy_port=9)  # nothing listens: unused
+                          workdir=dirs["work"], proxy_port=9,  # nothing listens: unused
+                          seccomp=seccomp_support().available)
         confine = {**plan.wire(), "abi": host_support().abi}
     start: dict[str, Any] = {"agent": {"python": "bench_agent:run"}, "capsule_dir": str(capsule),
              "environment": {"env": {}, "max_turns": 8}, "process_env": {},
@@ -628,7 +631,8 @@ def agent_table(section: dict[str, Any]) -> str:
              "(no DoorAuth), SendMessage over JSON-RPC (blocking): `in-process agent` is an "
              "AgentFn in the server, `agent process` runs it in an `AgentProcess` (a fresh "
              "interpreter on a socketpair), `agent process+landlock` the same confined with "
-             "a member's Landlock plan. Server CPU counts the agent process's too.", "",
+             "a member's Landlock plan and the seccomp socket filter. Server CPU counts the "
+             "agent process's too.", "",
              "| agent | concurrency | req/s | p50 ms | p99 ms | server CPU us/req | "
              "errors |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, by_level in section["results"].items():
