@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from gateway.door import DoorSettings
+from gateway.http_io import read_body
 from gateway.relay import RelayTasks, build_gateway_door
 from gateway.streams import PER_TASK
 from gateway.tasks import GateConfig
@@ -38,17 +39,11 @@ class HostileUpstream:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
+            while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        request = json.loads(body)
+        request = json.loads(await read_body(receive, 1 << 20))
         method = request["method"]
         self.calls[method] = self.calls.get(method, 0) + 1
         if method == "SendStreamingMessage":
@@ -148,6 +143,14 @@ async def subscribe(client: httpx.AsyncClient, stack: AsyncExitStack, task_id: s
     return {}
 
 
+async def slow_task(client: httpx.AsyncClient) -> str:
+    """A task of the a2a-sdk upstream that works for 30 s (cancelable); its id."""
+    started = (await client.post("/", json=envelope(
+        "SendMessage", send_params("slow: 30", immediately=True)))).json()
+    task_id: str = started["result"]["task"]["id"]
+    return task_id
+
+
 async def test_one_credential_holding_every_stream_it_can_leaves_the_operator_served(
         ) -> None:
     """planner subscribes to its one slow task until the door refuses it: the upstream
@@ -156,9 +159,7 @@ async def test_one_credential_holding_every_stream_it_can_leaves_the_operator_se
             formation.client(formation.operator, base_url=url) as operator, \
             formation.client(formation.planner, base_url=url) as planner, \
             AsyncExitStack() as stack:
-        started = (await planner.post("/", json=envelope(
-            "SendMessage", send_params("slow: 30", immediately=True)))).json()
-        task_id = started["result"]["task"]["id"]
+        task_id = await slow_task(planner)
         held: list[AsyncIterator[str]] = []
         answers = []
         for _ in range(PER_TASK + 8):  # bounded: past the door's bound on one task
@@ -183,9 +184,7 @@ async def test_every_subscriber_of_a_shared_subscription_sees_the_task_end() -> 
             formation.client(formation.planner, base_url=url) as planner, \
             formation.client(formation.operator, base_url=url) as operator, \
             AsyncExitStack() as stack:
-        started = (await planner.post("/", json=envelope(
-            "SendMessage", send_params("slow: 30", immediately=True)))).json()
-        task_id = started["result"]["task"]["id"]
+        task_id = await slow_task(planner)
         held: list[AsyncIterator[str]] = []
         for _ in range(3):
             first = await subscribe(planner, stack, task_id, held)

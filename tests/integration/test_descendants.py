@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import member as support
+from tests.support.daemon import DAEMON_SOURCE
 from tests.support.formation import (
     alive,
     formation_members,
@@ -42,35 +43,7 @@ from tests.support.users import Owner, ordinary_user, scratch_folder
 
 pytestmark = pytest.mark.integration
 
-#: Forks a daemon into ``pidfile``'s folder; the same code for an agent and an upstream.
-DAEMON = r'''
-import os, time
-
-
-def daemon(pidfile):
-    """Fork, setsid, fork again; the daemon's pid once it wrote it."""
-    first = os.fork()
-    if first == 0:
-        os.setsid()
-        if os.fork() == 0:
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            with open(pidfile + ".part", "w") as handle:
-                handle.write(str(os.getpid()))
-            os.rename(pidfile + ".part", pidfile)
-            while True:
-                time.sleep(1)
-        os._exit(0)
-    os.waitpid(first, 0)
-    for _ in range(1000):
-        if os.path.exists(pidfile):
-            return int(open(pidfile).read())
-        time.sleep(0.01)
-    raise TimeoutError("the daemon wrote no pid")
-'''
-
-AGENT = DAEMON + r'''
+AGENT = DAEMON_SOURCE + r'''
 import asyncio
 
 
@@ -87,7 +60,7 @@ async def run(task):
     return str(pid)
 '''
 
-UPSTREAM = DAEMON + r'''
+UPSTREAM = DAEMON_SOURCE + r'''
 import sys
 
 daemon(os.path.join(os.environ["TMPDIR"], "upstream-daemon.pid"))

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from launcher.landlock import host_support
+from tests.support.daemon import DAEMON_SOURCE
 from tests.support.formation import (
     install_capsule,
     kill_group_quietly,
@@ -62,7 +63,7 @@ async def run(task):
 """
 
 #: The hostile worker: every attempt is recorded as "ok" or the error that stopped it.
-HOSTILE_AGENT = r'''
+HOSTILE_AGENT = DAEMON_SOURCE + r'''
 import asyncio, ctypes, json, os, socket, subprocess, sys, time, urllib.request
 
 PTRACE_SEIZE = 0x4206
@@ -176,28 +177,6 @@ def io_uring():
     if fd < 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     os.close(fd)
-
-
-def daemon(pidfile):
-    """Fork, setsid, fork again: a daemon no process group or session of ours holds."""
-    first = os.fork()
-    if first == 0:
-        os.setsid()
-        if os.fork() == 0:
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            with open(pidfile, "w") as handle:
-                handle.write(str(os.getpid()))
-            while True:
-                time.sleep(1)
-        os._exit(0)
-    os.waitpid(first, 0)
-    for _ in range(500):
-        if os.path.exists(pidfile) and open(pidfile).read():
-            return int(open(pidfile).read())
-        time.sleep(0.01)
-    raise TimeoutError("the daemon wrote no pid")
 
 
 #: (family, type, protocol) of the other sockets the filter refuses
