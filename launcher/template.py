@@ -47,7 +47,7 @@ _PR_SET_PDEATHSIG = 1
 def main(fd: int) -> int:
     sock = socket.socket(fileno=fd)
     _warm()
-    from launcher.landlock import prctl
+    from launcher.sandbox.landlock import prctl
 
     prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     # A signal to the launcher's process group (a Ctrl-C; an init such as dumb-init or

@@ -181,8 +181,8 @@ def agent_process(root: Path, confined: bool) -> Any:
     """An AgentProcess running ``bench_agent:run`` (a fresh interpreter, as a member's
     restart spawns), with a member's Landlock plan when ``confined``; not yet started."""
     from gateway.trace_bus import TraceBus
-    from launcher.landlock import host_support
     from launcher.member.agent_process import AgentProcess
+    from launcher.sandbox.landlock import host_support
 
     capsule = root / "capsule"
     capsule.mkdir()
@@ -194,7 +194,7 @@ def agent_process(root: Path, confined: bool) -> Any:
     if confined:
         from launcher.member.confinement import agent_plan
         from launcher.paths import murmur_home
-        from launcher.seccomp import seccomp_support
+        from launcher.sandbox.seccomp import seccomp_support
 
         plan = agent_plan(home=murmur_home(), capsule_dir=capsule,
                           session_dirs=(dirs["home"], dirs["tmp"], dirs["out"]),

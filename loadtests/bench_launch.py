@@ -462,7 +462,7 @@ def main() -> int:
                 "peak_rss": (on["peak_rss_kib_mean"] / off["peak_rss_kib_mean"]
                              if on["peak_rss_kib_mean"] and off["peak_rss_kib_mean"]
                              else None)}
-    from launcher.landlock import host_support
+    from launcher.sandbox.landlock import host_support
 
     ten = by_size.get("10", {}).get("on")
     thirty = by_size.get("30", {}).get("on")

@@ -52,6 +52,7 @@ def test_shared_launcher_modules_import_neither_program() -> None:
     # forks member runtimes).
     shared = [path for path in (ROOT / "launcher").glob("*.py")
               if path.name not in ("cli.py", "demo.py", "template.py")]
+    shared += _modules("launcher/sandbox")  # a family of shared modules
     assert len(shared) > 10
     assert _reaching(shared, ("launcher.member", "launcher.formation",
                               "launcher.commands", "launcher.cli")) == []

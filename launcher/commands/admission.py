@@ -51,8 +51,8 @@ def summary(admitted: AdmittedRoster) -> str:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from launcher.isolation import host_report, report_line
     from launcher.roster import admit
+    from launcher.sandbox.isolation import host_report, report_line
 
     project: Path = args.project
     if args.json and not project.is_dir():  # the one object --json promises, then exit 2

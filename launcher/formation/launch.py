@@ -36,8 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.redaction import redact
 from gateway.tokens import FormationKey
-from launcher import descendants
-from launcher.agent_cgroup import end_left_over
 from launcher.channel import ChannelRefused, refuse_roster_inside_formation
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
 from launcher.durations import format_deadline, parse_deadline
@@ -59,9 +57,7 @@ from launcher.formation.ready import (
     wait_for_door,
 )
 from launcher.formation.template import MemberTemplate, TemplateFailed
-from launcher.hostcheck import host_diagnostics
 from launcher.ids import new_formation_id
-from launcher.isolation import isolation_diagnostics, isolation_mode
 from launcher.listen_flags import Listener, check_listener, listener_args, listener_from
 from launcher.process import (
     PIPE,
@@ -86,6 +82,10 @@ from launcher.records import (
 )
 from launcher.roster import AdmittedRoster, admit
 from launcher.run_flags import UsageError, read_task
+from launcher.sandbox import descendants
+from launcher.sandbox.agent_cgroup import end_left_over
+from launcher.sandbox.hostcheck import host_diagnostics
+from launcher.sandbox.isolation import isolation_diagnostics, isolation_mode
 from launcher.sources import rebuild, source_warnings
 
 if TYPE_CHECKING:

@@ -35,7 +35,6 @@ from launcher.env_names import (
     WORKDIR_ENV,
 )
 from launcher.formation.ready import Ready
-from launcher.hostcheck import mark_reported
 from launcher.process import (
     DEVNULL,
     PIPE,
@@ -46,6 +45,7 @@ from launcher.process import (
 )
 from launcher.records import home
 from launcher.roster import AdmittedMember
+from launcher.sandbox.hostcheck import mark_reported
 
 if TYPE_CHECKING:
     from launcher.formation.template import MemberTemplate

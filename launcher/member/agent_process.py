@@ -36,8 +36,6 @@ from typing import Any
 
 from gateway.tasks import AgentFn, TaskRun
 from gateway.trace_bus import TraceBus
-from launcher import descendants
-from launcher.agent_cgroup import AgentCgroup
 from launcher.errors import LauncherError
 from launcher.member.agent.protocol import (
     ANSWER,
@@ -58,6 +56,8 @@ from launcher.member.agent.protocol import (
     read_message,
     send,
 )
+from launcher.sandbox import descendants
+from launcher.sandbox.agent_cgroup import AgentCgroup
 
 #: How long the agent process may take to confine itself and load the agent.
 START_SECONDS = 60.0
@@ -237,7 +237,7 @@ class AgentProcess:
         self._calls_factory = calls_factory
         self._trace = trace
         self._spawn = spawn
-        #: The agent side's cgroup, where one could be made (launcher/agent_cgroup.py).
+        #: The agent side's cgroup, where one could be made (launcher/sandbox/agent_cgroup.py).
         self._cgroup = cgroup
         self._child: AgentChild | None = None
         self._writer: asyncio.StreamWriter | None = None

@@ -5,7 +5,7 @@ In this order: the paths every agent reads (the Python in use, its packages, sys
 libraries and programs, ``/etc``, a few devices), the member's own paths (its capsule,
 read; its session's ``home/``, ``tmp/``, ``out/`` and its work folder, read and write),
 then the ports (connect: the member's forward proxy; bind: a gateway upstream's own),
-then whether the seccomp socket filter goes on too (``launcher/seccomp.py``).
+then whether the seccomp socket filter goes on too (``launcher/sandbox/seccomp.py``).
 A path that holds ``MURMUR_HOME`` is never granted (granting it would grant every
 session's records): it is left out and named in :attr:`AgentPlan.withheld`.
 """

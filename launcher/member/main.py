@@ -33,8 +33,6 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from gateway.redaction import redact
-from launcher.agent_cgroup import remove_all
-from launcher.descendants import owning_descendants
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.ids import new_session_id
 from launcher.member.agent_process import AgentChild, take_warm_fork
@@ -49,6 +47,8 @@ from launcher.member.place import FormationPlace, close_place, forget_descriptor
 from launcher.member.shutdown import ProtocolOut, lifeline_grace
 from launcher.process import forbid_inspection
 from launcher.run_flags import UsageError
+from launcher.sandbox.agent_cgroup import remove_all
+from launcher.sandbox.descendants import owning_descendants
 
 if TYPE_CHECKING:
     from launcher.member.outcome import SessionOutcome
@@ -93,9 +93,9 @@ def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
            json_mode: bool) -> Any:
     """Warnings, then the installed artifact this member runs (refusals raise)."""
     from launcher.agent_check import missing_requirements, pip_install
-    from launcher.hostcheck import host_diagnostics
-    from launcher.isolation import isolation_diagnostics
     from launcher.listen_flags import check_listener
+    from launcher.sandbox.hostcheck import host_diagnostics
+    from launcher.sandbox.isolation import isolation_diagnostics
     from launcher.store import resolve
 
     for warning in place.warnings:

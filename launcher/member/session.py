@@ -42,13 +42,9 @@ from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.streams import StreamLimits
 from gateway.trace_bus import TraceBus, TraceRecord
 from gateway.trace_context import Span
-from launcher import descendants
-from launcher.agent_cgroup import AgentCgroup
 from launcher.channel import DoorDirectory
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.errors import LauncherError
-from launcher.isolation import OFF
-from launcher.landlock import host_support
 from launcher.listen_flags import bind_listener
 from launcher.member.agent_process import AgentChild, AgentProcess, AgentStartFailed
 from launcher.member.door import (
@@ -98,6 +94,10 @@ from launcher.records import (
     write_operator_token,
     write_running,
 )
+from launcher.sandbox import descendants
+from launcher.sandbox.agent_cgroup import AgentCgroup
+from launcher.sandbox.isolation import OFF
+from launcher.sandbox.landlock import host_support
 from launcher.store import InstalledArtifact, unpack
 from launcher.trace import TraceWriter, timestamp
 
@@ -193,7 +193,7 @@ class MemberSession:
         self._proxy: ProxySlot | None = None
         self._agent: AgentProcess | None = None
         self._upstream: Upstream | None = None
-        #: The agent side's cgroup, where one can be made (launcher/agent_cgroup.py).
+        #: The agent side's cgroup, where one can be made (launcher/sandbox/agent_cgroup.py).
         self._cgroup: AgentCgroup | None = None
         self._live: dict[str, str] = {}
         #: The trust class of each task the member holds (for the forward proxy).
@@ -477,7 +477,7 @@ class MemberSession:
             return None
         from launcher.member.confinement import agent_plan
         from launcher.paths import murmur_home
-        from launcher.seccomp import seccomp_support
+        from launcher.sandbox.seccomp import seccomp_support
 
         return agent_plan(home=murmur_home(), capsule_dir=records.dir / "capsule",
                           session_dirs=(records.home, records.tmp, records.out),

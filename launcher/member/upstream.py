@@ -43,7 +43,6 @@ from gateway.upstream import (
     upstream_interface,
 )
 from gateway.upstream_rest import RestFraming
-from launcher import descendants
 from launcher.diagnostics import Diagnostic, DiagnosticError
 from launcher.manifest import A2aAgent, UpstreamHeaderError
 from launcher.member.outcome import (
@@ -51,11 +50,12 @@ from launcher.member.outcome import (
     UPSTREAM_NOT_READY,
     member_diagnostic,
 )
+from launcher.sandbox import descendants
 
 if TYPE_CHECKING:
-    from launcher.agent_cgroup import AgentCgroup
     from launcher.member.confinement import AgentPlan
-    from launcher.seccomp import SocketFilter
+    from launcher.sandbox.agent_cgroup import AgentCgroup
+    from launcher.sandbox.seccomp import SocketFilter
 
 #: How long an upstream may take to serve its card (the launcher waits 180 s for a
 #: member's readiness line; this leaves the rest for the door).
@@ -282,7 +282,7 @@ def _ruleset(confinement: AgentPlan | None) -> int | None:
     """The Landlock ruleset of ``confinement``, when the kernel offers Landlock."""
     if confinement is None:
         return None
-    from launcher.landlock import Confinement, build_ruleset, host_support
+    from launcher.sandbox.landlock import Confinement, build_ruleset, host_support
 
     support = host_support()
     if not support.files:
@@ -296,7 +296,7 @@ def _socket_filter(confinement: AgentPlan | None) -> SocketFilter | None:
     """The seccomp socket filter, built here so the child only installs it."""
     if confinement is None or not confinement.seccomp:
         return None
-    from launcher.seccomp import socket_filter
+    from launcher.sandbox.seccomp import socket_filter
 
     return socket_filter()
 
@@ -312,9 +312,9 @@ def _join_fd(cgroup: AgentCgroup | None) -> int | None:
 
 def _confine_child(ruleset: int | None, socket_filter: SocketFilter | None,
                    join: int | None, *, confined: bool) -> Callable[[], None]:
-    from launcher.landlock import restrict_self
-    from launcher.privileges import drop_all_capabilities
-    from launcher.seccomp import install
+    from launcher.sandbox.landlock import restrict_self
+    from launcher.sandbox.privileges import drop_all_capabilities
+    from launcher.sandbox.seccomp import install
 
     def confine() -> None:  # in the child, between fork and exec
         if join is not None:  # before Landlock, which would refuse the write

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.landlock import host_support
+from launcher.sandbox.landlock import host_support
 from tests.support.member import Project, codes, project_fixture, wait_for
 
 pytestmark = pytest.mark.integration

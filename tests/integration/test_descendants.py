@@ -221,7 +221,7 @@ def test_a_daemon_of_a_member_killed_with_sigkill_ends_with_its_formation(
 
 def can_make_cgroup() -> str | None:
     """Why this process cannot make an agent-side cgroup here, or None."""
-    from launcher.agent_cgroup import AgentCgroup, cgroup_root
+    from launcher.sandbox.agent_cgroup import AgentCgroup, cgroup_root
 
     root = cgroup_root()
     if root is None:

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from launcher.landlock import host_support
+from launcher.sandbox.landlock import host_support
 from tests.support.daemon import DAEMON_SOURCE
 from tests.support.formation import (
     install_capsule,

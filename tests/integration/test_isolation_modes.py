@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.landlock import host_support
+from launcher.sandbox.landlock import host_support
 from tests.support.formation import launcher_env, member_traces, mur, simple_project
 
 pytestmark = pytest.mark.integration

@@ -35,7 +35,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from launcher.landlock import prctl
 from launcher.member.agent.protocol import (
     ANSWER,
     CALL,
@@ -55,6 +54,7 @@ from launcher.member.agent.protocol import (
     read_message,
     send,
 )
+from launcher.sandbox.landlock import prctl
 
 _PR_SET_PDEATHSIG = 1
 #: How long the end waits for cancelled tasks (a command agent's SIGTERM grace, and more).
@@ -331,9 +331,9 @@ def _confine(plan: dict[str, Any] | None) -> dict[str, Any]:
     applied, for ``started``."""
     if not plan:
         return {"landlock": 0, "seccomp": False, "capabilities_dropped": False}
-    from launcher.landlock import Confinement, HostSupport, confine, host_support
-    from launcher.privileges import drop_all_capabilities
-    from launcher.seccomp import install
+    from launcher.sandbox.landlock import Confinement, HostSupport, confine, host_support
+    from launcher.sandbox.privileges import drop_all_capabilities
+    from launcher.sandbox.seccomp import install
 
     support = host_support()
     asked = plan.get("abi")

@@ -15,7 +15,7 @@ import ctypes
 import os
 from typing import Final
 
-from launcher.landlock import LandlockError, prctl
+from launcher.sandbox.landlock import LandlockError, prctl
 
 _PR_CAPBSET_DROP: Final = 24
 _PR_CAP_AMBIENT: Final = 47

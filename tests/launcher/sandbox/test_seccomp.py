@@ -1,4 +1,4 @@
-"""launcher.seccomp: the socket filter, installed in a real child process (a filter is for
+"""launcher.sandbox.seccomp: the socket filter, installed in a real child process (a filter is for
 good), each socket an attacker would open tried behind it and without it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from launcher.seccomp import SeccompError, seccomp_support, socket_filter
+from launcher.sandbox.seccomp import SeccompError, seccomp_support, socket_filter
 from tests.support.formation import REPO
 
 SUPPORT = seccomp_support()
@@ -30,7 +30,7 @@ REFUSED = {"mptcp", "mptcp6", "sctp stream", "sctp seqpacket", "raw", "icmp ping
 
 PROBE = r"""
 import ctypes, errno, json, os, socket, sys
-from launcher.seccomp import install
+from launcher.sandbox.seccomp import install
 sockets = json.loads(sys.argv[1])
 if sys.argv[2] == "on":
     install()

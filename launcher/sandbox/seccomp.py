@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from launcher.env_names import SECCOMP_ENV
-from launcher.landlock import LandlockError, prctl
+from launcher.sandbox.landlock import LandlockError, prctl
 
 # --------------------------------------------------------------------------------------
 # Constants

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.hostcheck import host_diagnostics, host_warnings, mark_reported
+from launcher.sandbox.hostcheck import host_diagnostics, host_warnings, mark_reported
 
 USER = 1000 if os.geteuid() == 0 else os.geteuid()
 

@@ -1,4 +1,4 @@
-"""launcher/landlock.py against the real kernel: a child process confines itself,
+"""launcher/sandbox/landlock.py against the real kernel: a child process confines itself,
 then tries what a hostile agent would (read outside its paths, write outside its work
 folders, connect to a port it was not given, signal its parent). Each attempt is
 asserted to fail, and the same child's allowed work to succeed. Skips, saying so, on a
@@ -18,16 +18,17 @@ from typing import Any
 
 import pytest
 
-from launcher.landlock import HostSupport, host_support
+from launcher.sandbox.landlock import HostSupport, host_support
+from tests.support.formation import REPO
 
 SUPPORT = host_support()
 needs_landlock = pytest.mark.skipif(SUPPORT.abi < 1,
                                     reason=f"this kernel: {SUPPORT.describe()}")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO  # the checkout, never a folder above it (on CI that would be /tmp)
 
 CHILD = textwrap.dedent("""
     import json, os, signal, socket, sys
-    from launcher.landlock import Confinement, confine
+    from launcher.sandbox.landlock import Confinement, confine
     plan = json.loads(sys.argv[1])
     applied = confine(Confinement(read=tuple(plan["read"]), write=tuple(plan["write"]),
                                   connect_ports=tuple(plan["connect"])))

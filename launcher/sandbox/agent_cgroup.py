@@ -1,6 +1,6 @@
 """A cgroup per member's agent side, where one can be made (docs/isolation.md, "Processes").
 
-The subreaper (:mod:`launcher.descendants`) ends what agent code leaves behind
+The subreaper (:mod:`launcher.sandbox.descendants`) ends what agent code leaves behind
 everywhere, by walking ``/proc``. Where this process may make a cgroup v2 (root, or a
 delegated subtree), the agent side also runs in a cgroup of its own, which the kernel
 ends whole with one write: no walk, no race with a process forking while it is walked.

@@ -1,13 +1,18 @@
-"""launcher.isolation: the mode, W-SEC-014 and E-RUN-055, and what mur doctor reports."""
+"""launcher.sandbox.isolation: the mode, W-SEC-014 and E-RUN-055, and what mur doctor reports."""
 
 from __future__ import annotations
 
 import pytest
 
 from launcher.diagnostics import DiagnosticError
-from launcher.isolation import host_report, isolation_diagnostics, isolation_mode, report_line
-from launcher.landlock import HostSupport
-from launcher.seccomp import SeccompSupport
+from launcher.sandbox.isolation import (
+    host_report,
+    isolation_diagnostics,
+    isolation_mode,
+    report_line,
+)
+from launcher.sandbox.landlock import HostSupport
+from launcher.sandbox.seccomp import SeccompSupport
 
 FULL = HostSupport(7)
 NO_TCP = HostSupport(3)

@@ -16,8 +16,8 @@ from typing import Final
 
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
 from launcher.env_names import HOST_WARNINGS_REPORTED_ENV, ISOLATION_ENV
-from launcher.landlock import HostSupport, host_support
-from launcher.seccomp import SeccompSupport, seccomp_support
+from launcher.sandbox.landlock import HostSupport, host_support
+from launcher.sandbox.seccomp import SeccompSupport, seccomp_support
 
 AUTO: Final = "auto"
 REQUIRED: Final = "required"

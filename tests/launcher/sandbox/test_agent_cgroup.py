@@ -1,4 +1,4 @@
-"""launcher.agent_cgroup on a real cgroup v2, where this user may make one (root here;
+"""launcher.sandbox.agent_cgroup on a real cgroup v2, where this user may make one (root here;
 an ordinary user gets none, which the first test checks is said, not failed)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.agent_cgroup import PREFIX, AgentCgroup, cgroup_root, end_left_over
 from launcher.ids import new_session_id
+from launcher.sandbox.agent_cgroup import PREFIX, AgentCgroup, cgroup_root, end_left_over
 
 
 @pytest.fixture
