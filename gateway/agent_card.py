@@ -211,7 +211,7 @@ def _etag_matches(if_none_match: bytes, etag: bytes) -> bool:
 
 
 #: What a gateway member's card takes from its upstream's card, as it is there
-#: (DESIGN.md section 13); everything else is the door's.
+#: (docs/gateway.md); everything else is the door's.
 UPSTREAM_CARD_FIELDS = ("name", "description", "version", "skills", "defaultInputModes",
                         "defaultOutputModes", "provider", "documentationUrl", "iconUrl")
 

@@ -1,6 +1,6 @@
-"""The relay: a gateway member's door in front of its upstream A2A server (DESIGN.md
-section 13). DoorAuth is unchanged in front; behind it, instead of the local executor,
-:class:`RelayTasks`, in this order:
+"""The relay: a gateway member's door in front of its upstream A2A server
+(docs/gateway.md). DoorAuth is unchanged in front; behind it, instead of the local
+executor, :class:`RelayTasks`, in this order:
 
 1. **What the door knows** (:class:`KnownTask`): the task a caller's new message
    started, recorded as that caller's when the upstream first names it in its answer (a

@@ -1,5 +1,5 @@
 """The door's side of a gateway member's upstream: the A2A server the door stands in
-front of (DESIGN.md section 13), spoken to over HTTP. In this order:
+front of (docs/gateway.md), spoken to over HTTP. In this order:
 
 1. the card: :func:`fetch_card` reads it at ``card_path`` and :func:`upstream_interface`
    finds its JSON-RPC 1.0 interface (or else its HTTP+JSON 1.0 one) on it, or refuses

@@ -418,7 +418,7 @@ class Skill(_Strict):
 
 
 class A2aAgent(_Strict):
-    """``agent.a2a``: an A2A server the door stands in front of (DESIGN.md section 13)."""
+    """``agent.a2a``: an A2A server the door stands in front of (docs/gateway.md)."""
 
     command: Annotated[list[NonBlank], AfterValidator(_a2a_command)] | None = Field(
         default=None, description='the server to start, such as `[python3, server.py, --port, '

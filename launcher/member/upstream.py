@@ -1,4 +1,4 @@
-"""A gateway member's upstream as the member runtime runs it (DESIGN.md section 13), in
+"""A gateway member's upstream as the member runtime runs it (docs/gateway.md), in
 the order a session uses it:
 
 1. :func:`upstream_environment`: what the upstream's process sees: the variables

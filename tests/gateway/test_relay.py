@@ -1,6 +1,6 @@
 """The relay in-process: a gateway member's door (DoorAuth, then the relay) in front of an
 a2a-sdk upstream served in the test's loop (tests/support/upstream.py), called through
-httpx.ASGITransport. DESIGN.md section 13, in its order: every method relays with the
+httpx.ASGITransport. docs/gateway.md, in its order: every method relays with the
 right headers, ownership, the gate, push configs, the trace, failures, wind-down, and
 DoorAuth's order in front. The card is in test_relay_card.py, streams in
 test_relay_streams.py."""

@@ -1,4 +1,4 @@
-"""A gateway member's agent card (DESIGN.md section 13): the upstream's name, description,
+"""A gateway member's agent card (docs/gateway.md): the upstream's name, description,
 version, skills, provider and streaming, with the door's supportedInterfaces, security
 schemes and session extension, push notifications off, and no signature of the
 upstream's. Read through the door in-process."""

@@ -1,4 +1,4 @@
-"""The relay's streams (DESIGN.md section 13): Server-Sent Events relayed as they arrive,
+"""The relay's streams (docs/gateway.md): Server-Sent Events relayed as they arrive,
 and the door's own keep-alive while the upstream is silent. httpx.ASGITransport hands a
 response over only once the app has finished, so these doors are served by uvicorn on
 127.0.0.1 (tests/support/door.py ``serve``), in front of the in-loop a2a-sdk upstream."""
