@@ -67,3 +67,16 @@ def test_shared_names_import_only_the_standard_library(module: str) -> None:
     heavy = [name for name in _imports(ROOT / module)
              if name.split(".")[0] not in sys.stdlib_module_names and name not in own]
     assert heavy == []
+
+
+def test_no_test_module_imports_another() -> None:
+    """Helpers live in tests/support/ (and fixtures in a conftest): a test module that
+    imports another runs that module's tests' set-up for nothing, and ties the two."""
+    tests = [path for path in _modules("tests") if path.name.startswith("test_")]
+    assert len(tests) > 50
+    reaching = [f"{path.relative_to(ROOT)} imports {name}" for path in tests
+                for name in _imports(path)
+                if name.startswith("tests.")
+                and any(part.startswith("test_") for part in name.split(".")[1:])]
+    assert reaching == []
+

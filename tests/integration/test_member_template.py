@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_agent_process import memory_holds
+from tests.support.memory import memory_holds
 from tests.support.formation import (
     CODER_AGENT,
     PLANNER_AGENT,
