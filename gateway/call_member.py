@@ -56,6 +56,7 @@ from gateway.proxy import (
     FormationRefused,
     FormationTransport,
 )
+from gateway.sse import aevent_data
 
 __all__ = [
     "PEERS_ENV", "CallFailed", "CallHandle", "Backoff", "MemberCalls", "peers_environ",
@@ -549,7 +550,7 @@ class MemberCalls:
                 kind = response.headers.get("content-type", "")
                 if response.status_code != 200 or not kind.startswith("text/event-stream"):
                     raise _StreamFailed(f"HTTP {response.status_code} {kind}")
-                async for data in _sse_data(response.aiter_lines()):
+                async for data in aevent_data(response.aiter_lines()):
                     yield _stream_event(data)
         except CallFailed as failure:
             raise _StreamFailed(str(failure)) from None
@@ -651,19 +652,3 @@ def _stream_event(data: str) -> dict[str, Any]:
     if not isinstance(result, dict):
         raise _StreamFailed("an event that is not a JSON-RPC result")
     return result
-
-
-async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The ``data`` of each server-sent event (multi-line data joined with newlines)."""
-    data: list[str] = []
-    async for line in lines:
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        field, _, value = line.partition(":")
-        if field == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)

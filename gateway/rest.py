@@ -42,7 +42,7 @@ from gateway.http_io import (
     send_error,
     send_not_allowed,
 )
-from gateway.jsonrpc import SSE_HEADERS, RequestError, RpcError, dumps, parse_body, sse_event
+from gateway.jsonrpc import RequestError, RpcError, dumps, parse_body
 from gateway.protocol import VERSION_HEADER, route_path
 from gateway.rest_routes import RestMatch, RestRoute, match_rest
 from gateway.rpc import (
@@ -52,6 +52,7 @@ from gateway.rpc import (
     check_version,
     content_type_not_supported,
 )
+from gateway.sse import SSE_HEADERS, sse_event
 from gateway.trace_context import (
     INCOMING_TRACEPARENT,
     TASK_STARTING_METHODS,

@@ -14,10 +14,9 @@ when the task does, or when the client goes away, and that are never silent for
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -38,11 +37,8 @@ from gateway.http_io import (
     requested_version,
     send_json,
     serves_version,
-    wait_disconnect,
 )
 from gateway.jsonrpc import (
-    SSE_HEADERS,
-    SSE_KEEPALIVE,
     RequestError,
     RequestId,
     RpcError,
@@ -51,11 +47,10 @@ from gateway.jsonrpc import (
     invalid_params,
     parse_body,
     parse_request,
-    sse_error,
-    sse_result,
 )
 from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, TERMINAL_STATES, VERSION_HEADER
-from gateway.streams import StreamBook, StreamTicket
+from gateway.sse import SSE_HEADERS, KeepAlive, StreamFraming, serve_stream, sse_event
+from gateway.streams import StreamBook
 from gateway.tasks import StreamEvent, TaskRecord, TaskStore, acts_as_operator
 from gateway.trace_bus import TraceBus
 from gateway.trace_context import (
@@ -405,98 +400,14 @@ def _loggable_id(request_id: RequestId) -> str:
     return str(request_id)
 
 
-class _SseWriter:
-    """The one writer of a stream's body. A keep-alive comment is sent by a task of its
-    own (:meth:`beat`) and never overlaps an event: an event waits for a comment in
-    flight, and no comment starts while an event is being written."""
-
-    __slots__ = ("_send", "_loop", "_writing", "_beat", "last")
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self._loop = asyncio.get_running_loop()
-        self._writing = False
-        self._beat: asyncio.Task[None] | None = None
-        self.last = self._loop.time()
-
-    async def write(self, body: bytes) -> None:
-        beat = self._beat
-        if beat is not None and not beat.done():
-            with contextlib.suppress(Exception):  # a failed comment: the client left
-                await beat
-        self._writing = True
-        try:
-            await self._send({"type": "http.response.body", "body": body, "more_body": True})
-        finally:
-            self._writing = False
-        self.last = self._loop.time()
-
-    def beat(self) -> None:
-        """Send a comment now, unless something is being written anyway."""
-        if self._writing or (self._beat is not None and not self._beat.done()):
-            return
-        self._beat = self._loop.create_task(self._comment())
-        # A failed comment means the client left; the disconnect watcher ends the stream.
-        self._beat.add_done_callback(_ignore_outcome)
-
-    async def _comment(self) -> None:
-        await self._send({"type": "http.response.body", "body": SSE_KEEPALIVE,
-                          "more_body": True})
-        self.last = self._loop.time()
-
-    async def close(self) -> None:
-        """No more comments: one in flight is cancelled and awaited."""
-        beat = self._beat
-        if beat is not None and not beat.done():
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await beat
+def sse_result(request_id: RequestId, result: Any) -> bytes:
+    """One JSON-RPC response as one SSE event."""
+    return sse_event(encode_result(request_id, result))
 
 
-def _ignore_outcome(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved, so asyncio does not log it as never retrieved
-
-
-class KeepAlive:
-    """One timer for every open stream of a door: every ``interval / 2`` seconds,
-    each stream silent for that long gets a comment, so none stays silent for
-    ``interval``. Measured: a timer (or a task) per stream added 7-20% to a short
-    SendStreamingMessage; a shared one costs a set insertion."""
-
-    def __init__(self, interval: float) -> None:
-        self._step = interval / 2
-        self._writers: set[_SseWriter] = set()
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def add(self, writer: _SseWriter) -> None:
-        self._writers.add(writer)
-        loop = asyncio.get_running_loop()
-        if self._timer is None or self._loop is not loop:  # none yet, or a loop now gone
-            self._loop = loop
-            self._timer = loop.call_later(self._step, self._tick)
-
-    def discard(self, writer: _SseWriter) -> None:
-        self._writers.discard(writer)  # the timer stops itself once no stream is left
-
-    def _tick(self) -> None:
-        assert self._loop is not None
-        if not self._writers:
-            self._timer = None
-            return
-        silent_since = self._loop.time() - self._step
-        for writer in list(self._writers):
-            if writer.last <= silent_since:
-                writer.beat()
-        self._timer = self._loop.call_later(self._step, self._tick)
-
-
-class StreamFraming(Protocol):
-    """How a binding writes one stream event and a stream's closing error."""
-
-    def event(self, result: Any) -> bytes: ...
-    def error(self, error: RpcError) -> bytes: ...
+def sse_error(request_id: RequestId, error: RpcError) -> bytes:
+    """A JSON-RPC error as a stream's closing SSE event."""
+    return sse_event(encode_error(request_id, error), event="error")
 
 
 class _JsonRpcFraming:
@@ -512,66 +423,6 @@ class _JsonRpcFraming:
 
     def error(self, error: RpcError) -> bytes:
         return sse_error(self._request_id, error)
-
-
-async def serve_stream(receive: Receive, send: Send, events: AsyncIterator[Any],
-                       keepalive: KeepAlive, framing: StreamFraming,
-                       headers: Headers = SSE_HEADERS,
-                       ticket: StreamTicket | None = None) -> None:
-    """Send ``events`` as SSE, framed by ``framing``, until they end, the client goes
-    away, or ``ticket`` is evicted for room (the stream then ends as if the task's
-    events had); a comment keeps an idle stream alive (clients time out on silence)."""
-    try:
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-    except BaseException:
-        await _close_events(events)  # never read: what it holds is let go all the same
-        raise
-    writer = _SseWriter(send)
-    keepalive.add(writer)
-
-    async def pump() -> None:
-        try:
-            async for result in events:
-                await writer.write(framing.event(result))
-                # Let the disconnect watcher run between events: a replayed backlog would
-                # otherwise keep writing to a socket the client has closed.
-                await asyncio.sleep(0)
-                if watching.done():
-                    return
-        except RpcError as exc:
-            await writer.write(framing.error(exc))
-        except Exception:
-            log.exception("stream failed")
-            await writer.write(framing.error(RpcError("INTERNAL_ERROR")))
-
-    pumping = asyncio.ensure_future(pump())
-    watching = asyncio.ensure_future(wait_disconnect(receive))
-    waits: set[asyncio.Future[Any]] = {pumping, watching}
-    evicted = None
-    if ticket is not None:
-        evicted = asyncio.ensure_future(ticket.evicted.wait())
-        waits.add(evicted)
-    try:
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        keepalive.discard(writer)
-        await writer.close()
-        for task in waits:
-            task.cancel()
-        for task in waits:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        await _close_events(events)
-    if pumping in done or evicted in done:  # ended, or evicted for room: a clean end
-        with contextlib.suppress(Exception):
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _close_events(events: AsyncIterator[Any]) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        with contextlib.suppress(Exception):
-            await aclose()
 
 
 def _followed_task(method: str, params: dict[str, Any]) -> str | None:

@@ -31,6 +31,7 @@ import aiohttp
 from gateway.errors import GatewayError
 from gateway.jsonrpc import STRICT_JSON, RpcError, dumps
 from gateway.protocol import A2A_VERSION, HTTP_JSON_BINDING, JSONRPC_BINDING, VERSION_HEADER
+from gateway.sse import byte_events
 
 #: The most a single answer or Server-Sent Event of the upstream may hold; past it the
 #: answer is refused as not JSON-RPC (a bound on the door's memory, docs/limits.md).
@@ -322,12 +323,10 @@ def _failure(exc: BaseException) -> str:
 
 
 async def _sse_data(content: aiohttp.StreamReader, member: str) -> AsyncIterator[bytes]:
-    """The ``data`` of each Server-Sent Event on ``content`` as it completes (comments,
-    ``event:`` and ``id:`` lines are read past); one event is bounded by
-    :data:`MAX_UPSTREAM_BYTES`."""
+    """The ``data`` of each Server-Sent Event on ``content`` as it completes
+    (:class:`gateway.sse.SseEvents`); one event is bounded by :data:`MAX_UPSTREAM_BYTES`."""
     pending = b""
-    data: list[bytes] = []
-    size = 0
+    events = byte_events()
     async for chunk in content.iter_any():
         pending += chunk
         while True:
@@ -335,16 +334,11 @@ async def _sse_data(content: aiohttp.StreamReader, member: str) -> AsyncIterator
             if end < 0:
                 break
             line, pending = pending[:end].rstrip(b"\r"), pending[end + 1:]
-            if not line:
-                if data:
-                    yield b"\n".join(data)
-                    data, size = [], 0
-                continue
-            if line.startswith(b"data:"):
-                value = line[5:]
-                data.append(value[1:] if value.startswith(b" ") else value)
-                size += len(value)
-        if size + len(pending) > MAX_UPSTREAM_BYTES:
+            data = events.line(line)
+            if data is not None:
+                yield data
+        if len(events) + len(pending) > MAX_UPSTREAM_BYTES:
             raise not_answered(member, "sent an event larger than the door reads")
-    if data:
-        yield b"\n".join(data)
+    last = events.end()
+    if last is not None:
+        yield last

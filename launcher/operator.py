@@ -17,11 +17,12 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from gateway.protocol import A2A_VERSION, VERSION_HEADER
+from gateway.sse import event_data
 from launcher.durations import DURATION_FORMS, parse_duration
 from launcher.errors import LauncherError
 from launcher.ids import is_formation_id, is_session_id
@@ -302,21 +303,6 @@ def resolve_door(target: str, live: list[RunningRecord]) -> tuple[str, Path, str
                     "id (ses_…) or a door URL (http://127.0.0.1:PORT)")
 
 
-def sse_payloads(lines: Iterable[str]) -> Iterator[str]:
-    """The ``data`` of each Server-Sent Event in ``lines``."""
-    data: list[str] = []
-    for line in lines:
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        if line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-    if data:
-        yield "\n".join(data)
-
-
 def _text_of(parts: object) -> str:
     if not isinstance(parts, list):
         return ""
@@ -455,7 +441,7 @@ def send_task(door_url: str, token: str, text: str, follower: TaskFollower, *,
             if not content_type.startswith("text/event-stream"):
                 response.read()
                 raise _refusal(_json_or_none(response.content, "error"))
-            for payload in sse_payloads(response.iter_lines()):
+            for payload in event_data(response.iter_lines()):
                 data = _json_or_none(payload.encode(), None)
                 if not isinstance(data, dict):
                     continue

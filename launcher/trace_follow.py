@@ -54,7 +54,7 @@ def _watch_requests(door_url: str, token: str) -> Iterator[Record]:
     """The records ``murmur.WatchSession`` streams from one door, until it ends."""
     import httpx
 
-    from launcher.operator import sse_payloads
+    from gateway.sse import event_data
 
     body = {"jsonrpc": "2.0", "id": 1, "method": "murmur.WatchSession", "params": {}}
     headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0",
@@ -64,7 +64,7 @@ def _watch_requests(door_url: str, token: str) -> Iterator[Record]:
             "POST", door_url, json=body, headers=headers) as response:
         if response.status_code != 200:
             return
-        for payload in sse_payloads(response.iter_lines()):
+        for payload in event_data(response.iter_lines()):
             try:
                 envelope = json.loads(payload)
             except ValueError:

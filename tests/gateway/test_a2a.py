@@ -29,10 +29,9 @@ from gateway.jsonrpc import (
     member_busy,
     parse_body,
     parse_request,
-    sse_error,
-    sse_result,
 )
 from gateway.protocol import TaskState
+from gateway.rpc import sse_error, sse_result
 
 # --- parts and messages ------------------------------------------------------------
 

@@ -28,8 +28,8 @@ from gateway.auth import AuthPolicy
 from gateway.caller import CALLER_SCOPE_KEY
 from gateway.credentials import DeclaredBearer, OperatorToken
 from gateway.door import Door, DoorSettings, build_door
-from gateway.jsonrpc import dumps, sse_result
-from gateway.rpc import SSE_KEEPALIVE_SECONDS, RpcEndpoint
+from gateway.jsonrpc import dumps
+from gateway.rpc import SSE_KEEPALIVE_SECONDS, RpcEndpoint, sse_result
 from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationVerifier
 from gateway.trace_bus import TRACE_STRING_LIMIT, TRACE_VALUE_LIMIT, TraceBus

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.memory import memory_holds
 from tests.support.formation import (
     CODER_AGENT,
     PLANNER_AGENT,
@@ -26,6 +25,7 @@ from tests.support.formation import (
     start_launcher,
     wait_gone,
 )
+from tests.support.memory import memory_holds
 
 pytestmark = pytest.mark.integration
 

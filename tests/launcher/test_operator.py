@@ -124,12 +124,6 @@ def test_send_to_nothing_running_is_a_clear_refusal(target: str) -> None:
     assert "token" not in str(caught.value).lower() or "operator token" in str(caught.value)
 
 
-def test_sse_payloads_are_split_on_blank_lines() -> None:
-    lines = ["data: {\"a\":1}", "", "event: error", "data: {\"b\":2}", "", ": comment",
-             "data: {\"c\":3}"]
-    assert list(operator.sse_payloads(lines)) == ['{"a":1}', '{"b":2}', '{"c":3}']
-
-
 def test_the_follower_builds_the_answer_from_artifacts(
         capsys: pytest.CaptureFixture[str]) -> None:
     follower = operator.TaskFollower("planner")
