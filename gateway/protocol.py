@@ -42,6 +42,13 @@ class TaskState(StrEnum):
     AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
 
 
+def state_word(state: object) -> str:
+    """A task state as people read it: ``TASK_STATE_INPUT_REQUIRED`` is
+    ``input-required``; no state at all is ``unknown``."""
+    text = str(state or "unknown")
+    return text.removeprefix("TASK_STATE_").lower().replace("_", "-")
+
+
 #: A task in one of these states never changes again.
 TERMINAL_STATES: frozenset[str] = frozenset(
     {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED})

@@ -25,8 +25,8 @@
     │                                 start or answer (an OSError; members are exec'd)
     ├── NotReady .................... formation.ready: a member did not come up
     ├── DeadlineFell ................ formation.ready: --deadline fell during start-up
-    ├── SendError ................... operator: mur send cannot reach or use a door
-    │   └── MemberBusy .............. operator: -32050, offer again after retryAfterMs
+    ├── SendError ................... commands.send: mur send cannot reach or use a door
+    │   └── MemberBusy .............. commands.send: -32050, offer again after retryAfterMs
     ├── LineTooLong ................. process: a child's line past the bound (a ValueError)
     ├── DoorAddressMissing .......... channel: no door address for a callee in time
     │                                 (a TimeoutError, as the proxy's directory expects)

@@ -1,5 +1,5 @@
-"""``mur graph`` and ``mur audit``: parsing only; the drawing is ``launcher.graph``, the
-checking ``launcher.audit``."""
+"""``mur graph`` and ``mur audit``: parsing only; the drawing is ``launcher.commands.graph``, the
+checking ``launcher.commands.audit``."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _register_audit(subparsers: Any) -> None:
 def _audit(args: argparse.Namespace) -> int:
     import json
 
-    from launcher.audit import AuditRefused, audit, render_report
+    from launcher.commands.audit import AuditRefused, audit, render_report
     from launcher.ids import is_formation_id
 
     def fail(message: str) -> int:
@@ -75,8 +75,8 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
+    from launcher.commands.graph import formation_graph, render, roster_graph
     from launcher.diagnostics import DiagnosticError, emit
-    from launcher.graph import formation_graph, render, roster_graph
     from launcher.ids import is_formation_id
 
     if args.formation is not None:

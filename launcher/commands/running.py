@@ -2,7 +2,9 @@
 only.
 
 The work is in ``launcher.member`` (one member), ``launcher.formation`` (a roster),
-``launcher.operator`` (stop, ps, send, trace), imported when a command runs.
+and one module of ``launcher.commands`` each for stop, ps, send, cancel, logs and trace,
+imported when its command runs (``mur`` starts without them: a formation starts one
+``mur`` per member).
 """
 
 from __future__ import annotations
@@ -185,8 +187,22 @@ def _register_trace(subparsers: Any) -> None:
 
 
 def _operator(name: str) -> Any:
+    """The handler of ``mur <name>``: its module, imported when it runs."""
+    module, function = _COMMANDS[name]
+
     def handler(args: argparse.Namespace) -> int:
-        from launcher import operator
-        result: int = getattr(operator, name)(args)
+        import importlib
+
+        result: int = getattr(importlib.import_module(module), function)(args)
         return result
     return handler
+
+
+#: Each operator command's module and function.
+_COMMANDS = {
+    "stop": ("launcher.commands.stop", "stop"), "ps": ("launcher.commands.ps", "ps"),
+    "send": ("launcher.commands.send", "send"),
+    "cancel": ("launcher.commands.cancel", "cancel"),
+    "logs": ("launcher.commands.logs", "logs"),
+    "trace_show": ("launcher.commands.trace", "trace_show"),
+}

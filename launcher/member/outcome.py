@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.egress import answer_text
-from gateway.protocol import TaskState
+from gateway.protocol import TaskState, state_word
 from launcher.diagnostics import Diagnostic, diagnostic
 from launcher.records import DISK_FULL_ERRNOS, write_problem
 
@@ -112,21 +112,6 @@ class SessionOutcome:
     @property
     def code(self) -> str | None:
         return self.diagnostic.code if self.diagnostic is not None else None
-
-
-_STATE_WORDS: dict[str, str] = {
-    TaskState.COMPLETED: "completed",
-    TaskState.FAILED: "failed",
-    TaskState.CANCELED: "canceled",
-    TaskState.REJECTED: "rejected",
-    TaskState.INPUT_REQUIRED: "input-required",
-    TaskState.AUTH_REQUIRED: "auth-required",
-}
-
-
-def state_word(state: str) -> str:
-    """``TASK_STATE_CANCELED`` as ``canceled``."""
-    return _STATE_WORDS.get(state, state.removeprefix("TASK_STATE_").lower())
 
 
 def task_state(task: Mapping[str, Any]) -> str:

@@ -30,7 +30,7 @@ from gateway.jsonrpc import (
     parse_body,
     parse_request,
 )
-from gateway.protocol import TaskState
+from gateway.protocol import TaskState, state_word
 from gateway.rpc import sse_error, sse_result
 
 # --- parts and messages ------------------------------------------------------------
@@ -214,3 +214,12 @@ def test_sse_events_are_one_data_line_each() -> None:
     assert event.count(b"\n") == 2, "a newline inside the JSON is escaped"
     error = sse_error(1, RpcError("INTERNAL_ERROR"))
     assert error.startswith(b"event: error\ndata: ")
+
+
+def test_state_words() -> None:
+    """One rule for every state, named or new (``mur``'s lines, result.txt, the trace
+    tree): the prefix goes, lower case, hyphens."""
+    assert state_word("TASK_STATE_INPUT_REQUIRED") == "input-required"
+    assert state_word("TASK_STATE_CANCELED") == "canceled"
+    assert state_word("TASK_STATE_SOMETHING_NEW") == "something-new"
+    assert state_word(None) == "unknown"

@@ -14,7 +14,6 @@ from launcher.member.outcome import (
     decide,
     member_diagnostic,
     result_text,
-    state_word,
 )
 
 SESSION = "ses_0190a1b2c3d47e5f8a9b0c1d2e3f4a5b"
@@ -84,11 +83,6 @@ def test_result_text_is_the_answer_or_one_state_line() -> None:
     assert result_text(task("CANCELED")) == "canceled: the task was canceled"
     assert result_text(task("FAILED", "boom\nwith two lines")) == "failed: boom with two lines"
     assert result_text(task("REJECTED", "no")) == "rejected: no"
-
-
-def test_state_words() -> None:
-    assert state_word("TASK_STATE_INPUT_REQUIRED") == "input-required"
-    assert state_word("TASK_STATE_SOMETHING_NEW") == "something_new"
 
 
 def test_a_pending_code_is_printed_with_its_own_text_until_the_table_lists_it() -> None:

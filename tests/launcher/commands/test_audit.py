@@ -1,4 +1,4 @@
-"""launcher.audit and the ``edges`` of formation.json, on synthetic traces under a
+"""launcher.commands.audit and the ``edges`` of formation.json, on synthetic traces under a
 temporary MURMUR_HOME."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from launcher.audit import AuditRefused, audit, render_report
 from launcher.cli import main
+from launcher.commands.audit import AuditRefused, audit, render_report
 from launcher.ids import new_formation_id, new_session_id
 from launcher.records import (
     formation_dir,

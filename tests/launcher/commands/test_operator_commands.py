@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import operator, records
+from launcher import records
+from launcher.commands import ps, send, stop
+from launcher.commands import trace as trace_command
 from launcher.ids import new_formation_id, new_session_id
 from launcher.process import process_start_time
 from launcher.records import RunningRecord
@@ -34,14 +36,14 @@ def record_of(pid: int, ident: str, kind: str, **fields: str) -> RunningRecord:
 
 
 def test_stop_refuses_what_is_not_an_id(capsys: pytest.CaptureFixture[str]) -> None:
-    assert operator.stop(argparse.Namespace(id="planner", json=False)) == 2
+    assert stop.stop(argparse.Namespace(id="planner", json=False)) == 2
     assert "neither a formation id" in capsys.readouterr().err
 
 
 def test_stop_of_a_formation_that_is_not_running_says_so(
         capsys: pytest.CaptureFixture[str]) -> None:
     fid = new_formation_id()
-    assert operator.stop(argparse.Namespace(id=fid, json=False)) == 1
+    assert stop.stop(argparse.Namespace(id=fid, json=False)) == 1
     assert f"formation {fid} is not running" in capsys.readouterr().err
 
 
@@ -49,7 +51,7 @@ def test_stop_of_a_session_sends_sigterm_and_waits_until_it_is_gone(
         other_process: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]) -> None:
     sid = new_session_id()
     records.write_running(record_of(other_process.pid, sid, "session"))
-    assert operator.stop(argparse.Namespace(id=sid, json=True)) == 0
+    assert stop.stop(argparse.Namespace(id=sid, json=True)) == 0
     assert other_process.wait(5) == -15
     assert json.loads(capsys.readouterr().out) == {
         "id": sid, "kind": "session", "stopped": True, "signalled": [other_process.pid]}
@@ -63,10 +65,10 @@ def test_stop_of_a_formation_never_signals_the_launchers_own_members(
     own = record_of(other_process.pid, new_session_id(), "session", formation_id=fid)
     by_hand = record_of(os.getppid(), new_session_id(), "session", formation_id=fid)
     elsewhere = record_of(os.getppid(), new_session_id(), "session")
-    assert operator._formation_targets(fid, [launcher, own, by_hand, elsewhere]) == [
+    assert stop._formation_targets(fid, [launcher, own, by_hand, elsewhere]) == [
         launcher, by_hand]
     # With the launcher gone, every session of the formation is stopped by mur stop.
-    assert operator._formation_targets(fid, [own, by_hand]) == [own, by_hand]
+    assert stop._formation_targets(fid, [own, by_hand]) == [own, by_hand]
 
 
 def test_ps_groups_members_under_their_formation(
@@ -83,7 +85,7 @@ def test_ps_groups_members_under_their_formation(
     records.write_running(record_of(pid, alone, "session", capsule="local/x", version="1"))
     stale = record_of(pid, new_session_id(), "session")
     records.write_running(RunningRecord(id=stale.id, pid=pid, start="1", kind="session"))
-    assert operator.ps(argparse.Namespace(json=True)) == 0
+    assert ps.ps(argparse.Namespace(json=True)) == 0
     state = json.loads(capsys.readouterr().out)
     (formation,) = state["formations"]
     assert formation["formation_id"] == fid
@@ -91,14 +93,14 @@ def test_ps_groups_members_under_their_formation(
         ("planner", True), ("coder", False)]
     assert [s["session_id"] for s in state["sessions"]] == [alone]
     assert records.read_running(stale.id) is None  # pruned
-    assert operator.ps(argparse.Namespace(json=False)) == 0
+    assert ps.ps(argparse.Namespace(json=False)) == 0
     text = capsys.readouterr().out
     assert f"formation {fid}  launcher pid {pid}" in text
     assert alone in text
 
 
 def test_ps_with_nothing_running() -> None:
-    assert operator.render_ps({"formations": [], "sessions": []}) == "nothing is running\n"
+    assert ps.render_ps({"formations": [], "sessions": []}) == "nothing is running\n"
 
 
 def test_send_finds_the_entry_door_of_a_formation(
@@ -107,26 +109,26 @@ def test_send_finds_the_entry_door_of_a_formation(
     launcher = record_of(other_process.pid, fid, "launcher", formation_id=fid,
                          member="planner", door_url="http://127.0.0.1:9",
                          records_dir="/r/ses")
-    door, token, label = operator.resolve_door(fid, [launcher])
+    door, token, label = send.resolve_door(fid, [launcher])
     assert (door, token, label) == ("http://127.0.0.1:9", Path("/r/ses/operator.token"),
                                     "planner")
     session = record_of(other_process.pid, new_session_id(), "session",
                         door_url="http://127.0.0.1:7/", records_dir="/r/s2")
-    assert operator.resolve_door("http://127.0.0.1:7", [session])[0] == "http://127.0.0.1:7/"
-    assert operator.resolve_door(session.id, [session])[1] == Path("/r/s2/operator.token")
+    assert send.resolve_door("http://127.0.0.1:7", [session])[0] == "http://127.0.0.1:7/"
+    assert send.resolve_door(session.id, [session])[1] == Path("/r/s2/operator.token")
 
 
 @pytest.mark.parametrize("target", ["frm_01a2368f3b5d77e1b655fb43af8393f5", "http://x:1",
                                     "planner", new_session_id()])
 def test_send_to_nothing_running_is_a_clear_refusal(target: str) -> None:
-    with pytest.raises(operator.SendError) as caught:
-        operator.resolve_door(target, [])
+    with pytest.raises(send.SendError) as caught:
+        send.resolve_door(target, [])
     assert "token" not in str(caught.value).lower() or "operator token" in str(caught.value)
 
 
 def test_the_follower_builds_the_answer_from_artifacts(
         capsys: pytest.CaptureFixture[str]) -> None:
-    follower = operator.TaskFollower("planner")
+    follower = send.TaskFollower("planner")
     follower.take({"task": {"id": "t", "status": {"state": "TASK_STATE_SUBMITTED"}}})
     follower.take({"statusUpdate": {"status": {"state": "TASK_STATE_WORKING", "message": {
         "parts": [{"text": "thinking"}]}}}})
@@ -143,7 +145,7 @@ def test_the_follower_builds_the_answer_from_artifacts(
 
 
 def test_the_follower_takes_a_direct_message_as_the_answer() -> None:
-    follower = operator.TaskFollower("x")
+    follower = send.TaskFollower("x")
     follower.take({"message": {"parts": [{"text": "just this"}]}})
     assert follower.state == "TASK_STATE_COMPLETED"
     assert follower.answer() == "just this"
@@ -151,7 +153,7 @@ def test_the_follower_takes_a_direct_message_as_the_answer() -> None:
 
 def test_trace_show_of_nothing_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     sid = new_session_id()
-    assert operator.trace_show(argparse.Namespace(id=sid, json=False)) == 1
+    assert trace_command.trace_show(argparse.Namespace(id=sid, json=False)) == 1
     assert f"no trace of session {sid}" in capsys.readouterr().err
 
 
@@ -163,12 +165,12 @@ def test_trace_show_of_a_session_prints_one_line_a_record(
     writer.write("session_start", session_id=sid, formation_member="coder")
     writer.write("task_state", task_id="t1", state="TASK_STATE_WORKING\x1b[2J")
     writer.close()
-    assert operator.trace_show(argparse.Namespace(id=sid, json=False)) == 0
+    assert trace_command.trace_show(argparse.Namespace(id=sid, json=False)) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     assert lines[0].split()[1:3] == ["coder", "session_start"]
     assert "task_id=t1" in lines[1] and "\x1b" not in lines[1]
-    assert operator.trace_show(argparse.Namespace(id=sid, json=True)) == 0
+    assert trace_command.trace_show(argparse.Namespace(id=sid, json=True)) == 0
     raw = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["event"] for r in raw] == ["session_start", "task_state"]
     assert all(r["member"] == "coder" for r in raw)

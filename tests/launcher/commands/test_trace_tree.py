@@ -1,5 +1,6 @@
-"""launcher.trace_tree and launcher.live_tasks on synthetic records: the links, what
-a forged trace cannot do to the tree or the terminal, and live task counts."""
+"""launcher.commands.trace_tree and launcher.commands.live_tasks on synthetic records: the
+links, what a forged trace cannot do to the tree or the terminal, and live task
+counts."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from launcher.live_tasks import live_tasks, render_tasks
-from launcher.trace_tree import build_tree, render_tree, tree_json
+from launcher.commands.live_tasks import live_tasks, render_tasks
+from launcher.commands.trace_tree import build_tree, render_tree, tree_json
 
 
 def received(member: str, task: str, span: str, parent: str | None = None,

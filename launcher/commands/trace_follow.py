@@ -2,7 +2,7 @@
 
 In this order:
 
-1. what the traces hold already is printed (``launcher.operator.trace_records``), and
+1. what the traces hold already is printed (``launcher.commands.trace.trace_records``), and
    remembered, so a record is printed once;
 2. every running member of the formation (or the one session) is watched with
    ``murmur.WatchSession`` at its door, with the operator token of its records folder,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gateway.protocol import TERMINAL_STATES
+from gateway.protocol import TERMINAL_STATES, state_word
 from launcher.process import escape_control
 
 __all__ = ["CallNode", "TaskNode", "build_tree", "render_tree", "tree_json"]
@@ -152,15 +152,11 @@ def _callee_task(call: CallNode, tasks: dict[tuple[str, str], TaskNode],
 # ------------------------------------------------------------------------ rendering
 
 
-def _state_word(state: str) -> str:
-    return state.removeprefix("TASK_STATE_").lower().replace("_", "-")
-
-
 def _how_long(node: TaskNode) -> str:
     seconds = node.seconds
     if seconds is None:
-        return f"{_state_word(node.state)}, not ended"
-    return f"{_state_word(node.state)} in {seconds:.2f}s"
+        return f"{state_word(node.state)}, not ended"
+    return f"{state_word(node.state)} in {seconds:.2f}s"
 
 
 def _task_line(node: TaskNode, *, called: bool) -> str:
