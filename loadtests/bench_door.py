@@ -192,8 +192,8 @@ def agent_process(root: Path, confined: bool) -> Any:
         path.mkdir()
     confine = None
     if confined:
+        from launcher.home.paths import murmur_home
         from launcher.member.confinement import agent_plan
-        from launcher.paths import murmur_home
         from launcher.sandbox.seccomp import seccomp_support
 
         plan = agent_plan(home=murmur_home(), capsule_dir=capsule,

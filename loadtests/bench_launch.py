@@ -52,7 +52,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from launcher.store import install, pack  # noqa: E402
+from launcher.admission.store import install, pack  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LAUNCH_TIMEOUT = 180.0

@@ -54,7 +54,7 @@ def manifest(name: str, lifecycle: str, *, calls: bool, called: bool) -> str:
 def write_project(root: Path) -> Path:
     """The load test's formation: ``front`` (entry) may call ``back``."""
     sys.path.insert(0, str(ROOT))
-    from launcher.store import install, pack
+    from launcher.admission.store import install, pack
 
     project = root / "project"
     project.mkdir()

@@ -52,7 +52,8 @@ def test_shared_launcher_modules_import_neither_program() -> None:
     # forks member runtimes).
     shared = [path for path in (ROOT / "launcher").glob("*.py")
               if path.name not in ("cli.py", "demo.py", "template.py")]
-    shared += _modules("launcher/sandbox")  # a family of shared modules
+    for family in ("sandbox", "admission", "home", "spawn"):  # families of shared modules
+        shared += _modules(f"launcher/{family}")
     assert len(shared) > 10
     assert _reaching(shared, ("launcher.member", "launcher.formation",
                               "launcher.commands", "launcher.cli")) == []
@@ -60,7 +61,7 @@ def test_shared_launcher_modules_import_neither_program() -> None:
 
 @pytest.mark.parametrize("module", [
     "gateway/protocol.py", "gateway/types.py", "gateway/errors.py", "gateway/redaction.py",
-    "launcher/env_names.py",
+    "launcher/spawn/env_names.py",
 ])
 def test_shared_names_import_only_the_standard_library(module: str) -> None:
     own = {"gateway.protocol", "gateway.protocol.PEERS_ENV", "gateway.protocol.PROXY_ENV"}

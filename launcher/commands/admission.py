@@ -13,7 +13,7 @@ from launcher.commands import missing_project
 from launcher.diagnostics import DiagnosticError, emit
 
 if TYPE_CHECKING:
-    from launcher.roster import AdmittedRoster
+    from launcher.admission.roster import AdmittedRoster
 
 
 def register(subparsers: Any) -> None:
@@ -51,7 +51,7 @@ def summary(admitted: AdmittedRoster) -> str:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from launcher.roster import admit
+    from launcher.admission.roster import admit
     from launcher.sandbox.isolation import host_report, report_line
 
     project: Path = args.project
@@ -74,7 +74,7 @@ def _doctor(args: argparse.Namespace) -> int:
         else:
             emit(refusal.diagnostic, sys.stderr)
         return 1
-    from launcher.sources import source_warnings
+    from launcher.admission.sources import source_warnings
 
     admitted.warnings.extend(source_warnings(admitted))
     report = host_report(os.environ)

@@ -6,7 +6,7 @@ In this order:
 1. the edges come from the formation's ``formation.json``, written by the launcher
    before any member started and never rewritten; a formation without them cannot be
    audited (:class:`AuditRefused`, exit 2);
-2. every member's trace is read line by line (``launcher.trace.find_formation_traces``);
+2. every member's trace is read line by line (``launcher.home.trace.find_formation_traces``);
 3. each formation-token call found is checked: an ``a2a_task_received`` whose caller is
    a formation member (its ``formation_member``, or a ``credential`` ``member:<name>``
    when that field is missing) is the call caller → the trace's member; a
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import LauncherError
-from launcher.records import read_formation_marker
-from launcher.trace import find_formation_traces, numbered_records
+from launcher.home.records import read_formation_marker
+from launcher.home.trace import find_formation_traces, numbered_records
 
 __all__ = ["AuditRefused", "AuditReport", "Violation", "audit", "render_report"]
 
@@ -155,7 +155,7 @@ def _problem(call: Edge, record: dict[str, Any], allowed: set[Edge]) -> str | No
 
 def render_report(report: AuditReport) -> str:
     """The report for people: each violation, then one summary line."""
-    from launcher.process import escape_control
+    from launcher.spawn.process import escape_control
 
     lines = [f"violation: {escape_control(v.caller)} → {escape_control(v.callee)} "
              f"{escape_control(v.problem)}  ({escape_control(v.event)} "

@@ -9,7 +9,7 @@ import json
 from gateway.protocol import state_word
 from launcher.commands.common import failer
 from launcher.commands.send import json_or_none, operator_door, post_cancel, rpc_error
-from launcher.process import escape_control
+from launcher.spawn.process import escape_control
 
 _TASK_NOT_FOUND = -32001
 _TASK_NOT_CANCELABLE = -32002

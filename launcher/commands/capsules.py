@@ -16,7 +16,7 @@ from launcher.commands import missing_project
 from launcher.diagnostics import DiagnosticError, emit
 
 if TYPE_CHECKING:
-    from launcher.store import InstalledArtifact
+    from launcher.admission.store import InstalledArtifact
 
 #: The names of the two members ``mur new --roster`` writes.
 ENTRY_MEMBER = "planner"
@@ -155,7 +155,7 @@ def write_roster_project(directory: Path, template: str = "python") -> list[Inst
     into ``directory``'s project store. Returns the installed artifacts."""
     import tempfile
 
-    from launcher.store import install, pack
+    from launcher.admission.store import install, pack
 
     names = {"entry": ENTRY_MEMBER, "worker": WORKER_MEMBER}
     _refuse_existing([directory / "roster.yaml", directory / ENTRY_MEMBER,
@@ -196,7 +196,7 @@ def _new(args: argparse.Namespace) -> int:
                   + f"next: cd {directory} && mur doctor && mur run --roster --task hello")
             return 0
         name = args.name or capsule_name_for(directory)
-        from launcher.manifest import name_problem
+        from launcher.admission.manifest import name_problem
 
         problem = name_problem(name)
         if problem is not None:
@@ -216,7 +216,7 @@ def _new(args: argparse.Namespace) -> int:
 # --- mur pack, mur install, mur lock -----------------------------------------------------
 
 def _pack(args: argparse.Namespace) -> int:
-    from launcher.store import pack
+    from launcher.admission.store import pack
 
     try:
         packed = pack(args.directory, args.output)
@@ -229,7 +229,7 @@ def _pack(args: argparse.Namespace) -> int:
 
 
 def _install(args: argparse.Namespace) -> int:
-    from launcher.store import install
+    from launcher.admission.store import install
 
     if missing_project("install", args.project):
         return 2
@@ -246,7 +246,7 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def _lock(args: argparse.Namespace) -> int:
-    from launcher.roster import lock_roster
+    from launcher.admission.roster import lock_roster
 
     if missing_project("lock", args.project):
         return 2

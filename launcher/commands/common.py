@@ -14,12 +14,12 @@ import json
 import sys
 from collections.abc import Callable
 
-from launcher.process import escape_control
-from launcher.records import (
+from launcher.home.records import (
     RunningRecord,
     RunningRecordsUnreadable,
     list_live,
 )
+from launcher.spawn.process import escape_control
 
 Fail = Callable[..., int]
 

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
 
-from launcher.records import records_root
-from launcher.roster import AdmittedRoster
-from launcher.trace import read_trace
+from launcher.admission.roster import AdmittedRoster
+from launcher.home.records import records_root
+from launcher.home.trace import read_trace
 
 FORMATS = ("svg", "dot", "mermaid")
 

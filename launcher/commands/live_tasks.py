@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.protocol import TERMINAL_STATES
-from launcher.records import TRACE_FILE
-from launcher.trace import read_trace
+from launcher.home.records import TRACE_FILE
+from launcher.home.trace import read_trace
 
 __all__ = ["live_tasks", "render_tasks"]
 

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 from launcher.commands.common import failer, not_an_id
-from launcher.ids import is_formation_id, is_session_id
-from launcher.process import escape_control
-from launcher.records import (
+from launcher.home.records import (
     is_running,
 )
+from launcher.ids import is_formation_id, is_session_id
+from launcher.spawn.process import escape_control
 
 #: How often ``mur logs --follow`` looks for new lines.
 FOLLOW_POLL = 0.25
@@ -22,8 +22,8 @@ FOLLOW_POLL = 0.25
 def _log_files(ident: str) -> list[tuple[str, Path]]:
     """(label, log file) of each session of a formation, or of one session: its
     ``logs/member.log`` then ``logs/bootstrap.log``, whether or not they exist yet."""
-    from launcher.records import MEMBER_LOG
-    from launcher.trace import find_formation_traces, find_session_trace
+    from launcher.home.records import MEMBER_LOG
+    from launcher.home.trace import find_formation_traces, find_session_trace
 
     if is_formation_id(ident):
         traces = find_formation_traces(ident)

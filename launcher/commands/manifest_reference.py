@@ -21,8 +21,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from launcher.admission.manifest import Duration, Manifest
 from launcher.generated_pages import page_command
-from launcher.manifest import Duration, Manifest
 
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "manifest.md"
 

@@ -91,7 +91,7 @@ def _graph(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
     else:
-        from launcher.roster import admit
+        from launcher.admission.roster import admit
 
         try:
             graph = roster_graph(admit(args.project))

@@ -10,7 +10,7 @@ from typing import Any
 
 from launcher.commands.common import failer, live_records
 from launcher.commands.live_tasks import live_tasks, render_tasks
-from launcher.records import (
+from launcher.home.records import (
     RunningRecord,
     RunningRecordsUnreadable,
     prune_stale,

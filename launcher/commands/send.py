@@ -21,13 +21,13 @@ from gateway.sse import event_data
 from launcher.commands.common import Fail, failer, live_records
 from launcher.durations import DURATION_FORMS, parse_duration
 from launcher.errors import LauncherError
-from launcher.ids import is_formation_id, is_session_id
-from launcher.process import escape_control
-from launcher.records import (
+from launcher.home.records import (
     OPERATOR_TOKEN_FILE,
     RunningRecord,
     read_operator_token,
 )
+from launcher.ids import is_formation_id, is_session_id
+from launcher.spawn.process import escape_control
 
 _STATE_PREFIX = "TASK_STATE_"
 _MEMBER_BUSY = -32050

@@ -10,11 +10,11 @@ import sys
 from typing import Any
 
 from launcher.commands.common import failer, not_an_id
-from launcher.ids import is_formation_id, is_session_id
-from launcher.process import escape_control
-from launcher.records import (
+from launcher.home.records import (
     is_running,
 )
+from launcher.ids import is_formation_id, is_session_id
+from launcher.spawn.process import escape_control
 
 #: Fields every record has, shown in their own columns.
 _COLUMNS = ("ts", "event", "member")
@@ -37,7 +37,7 @@ def render_record(record: dict[str, Any]) -> str:
 
 def trace_records(ident: str) -> list[dict[str, Any]] | None:
     """The merged records of a formation or one session; None when none are found."""
-    from launcher.trace import (
+    from launcher.home.trace import (
         find_formation_traces,
         find_session_trace,
         merge_traces,

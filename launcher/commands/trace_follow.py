@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from launcher.records import OPERATOR_TOKEN_FILE, RunningRecord, list_live, read_operator_token
+from launcher.home.records import OPERATOR_TOKEN_FILE, RunningRecord, list_live, read_operator_token
 
 __all__ = ["follow_trace"]
 

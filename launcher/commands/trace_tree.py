@@ -1,6 +1,6 @@
 """The call tree of a formation's trace (``mur trace show <frm> --tree``).
 
-Built from the merged records of every member (``launcher.trace.merge_traces``), in
+Built from the merged records of every member (``launcher.home.trace.merge_traces``), in
 this order:
 
 1. every ``a2a_task_received`` is a task, at its member, with its span;
@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from gateway.protocol import TERMINAL_STATES, state_word
-from launcher.process import escape_control
+from launcher.spawn.process import escape_control
 
 __all__ = ["CallNode", "TaskNode", "build_tree", "render_tree", "tree_json"]
 

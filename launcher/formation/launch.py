@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.redaction import redact
 from gateway.tokens import FormationKey
-from launcher.channel import ChannelRefused, refuse_roster_inside_formation
+from launcher.admission.roster import AdmittedRoster, admit
+from launcher.admission.sources import rebuild, source_warnings
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
 from launcher.durations import format_deadline, parse_deadline
-from launcher.env_names import ARGV_PREFIX_ENV, DIAGNOSTICS_ENV, ISOLATION_ENV, PEERS_ENV
 from launcher.formation.members import (
     LaunchedMember,
     close_quietly,
@@ -57,16 +57,7 @@ from launcher.formation.ready import (
     wait_for_door,
 )
 from launcher.formation.template import MemberTemplate, TemplateFailed
-from launcher.ids import new_formation_id
-from launcher.listen_flags import Listener, check_listener, listener_args, listener_from
-from launcher.process import (
-    PIPE,
-    drain,
-    forbid_inspection,
-    forward_lines,
-    process_start_time,
-)
-from launcher.records import (
+from launcher.home.records import (
     PeerDirectoryExists,
     RunningRecord,
     format_no_marker_warning,
@@ -80,13 +71,22 @@ from launcher.records import (
     write_formation_marker,
     write_running,
 )
-from launcher.roster import AdmittedRoster, admit
-from launcher.run_flags import UsageError, read_task
+from launcher.ids import new_formation_id
 from launcher.sandbox import descendants
 from launcher.sandbox.agent_cgroup import end_left_over
 from launcher.sandbox.hostcheck import host_diagnostics
 from launcher.sandbox.isolation import isolation_diagnostics, isolation_mode
-from launcher.sources import rebuild, source_warnings
+from launcher.spawn.channel import ChannelRefused, refuse_roster_inside_formation
+from launcher.spawn.env_names import ARGV_PREFIX_ENV, DIAGNOSTICS_ENV, ISOLATION_ENV, PEERS_ENV
+from launcher.spawn.listen_flags import Listener, check_listener, listener_args, listener_from
+from launcher.spawn.process import (
+    PIPE,
+    drain,
+    forbid_inspection,
+    forward_lines,
+    process_start_time,
+)
+from launcher.spawn.run_flags import UsageError, read_task
 
 if TYPE_CHECKING:
     import httpx  # the probe client's type: httpx is imported once the peers started

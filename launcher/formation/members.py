@@ -23,8 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.tokens import FormationKey
-from launcher.channel import ChannelWriter
-from launcher.env_names import (
+from launcher.admission.roster import AdmittedMember
+from launcher.formation.ready import Ready
+from launcher.home.records import home
+from launcher.sandbox.hostcheck import mark_reported
+from launcher.spawn.channel import ChannelWriter
+from launcher.spawn.env_names import (
     ARGV_PREFIX_ENV,
     CHANNEL_ENV,
     FORMATION_ENV,
@@ -34,8 +38,7 @@ from launcher.env_names import (
     READY_SECONDS_ENV,
     WORKDIR_ENV,
 )
-from launcher.formation.ready import Ready
-from launcher.process import (
+from launcher.spawn.process import (
     DEVNULL,
     PIPE,
     ChildPipe,
@@ -43,9 +46,6 @@ from launcher.process import (
     make_channel_pipe,
     make_lifeline_pipe,
 )
-from launcher.records import home
-from launcher.roster import AdmittedMember
-from launcher.sandbox.hostcheck import mark_reported
 
 if TYPE_CHECKING:
     from launcher.formation.template import MemberTemplate

@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from gateway.protocol import CARD_PATH, SESSION_EXTENSION_URI
-from launcher.env_names import READY_SECONDS_ENV
 
 # gateway.protocol, not gateway.a2a: the A2A models would cost every launch a tenth of
 # a second before the first member starts.
 from launcher.errors import LauncherError
+from launcher.home.records import OPERATOR_TOKEN_FILE, read_operator_token, records_root
 from launcher.ids import is_formation_id, is_session_id
-from launcher.process import LineTooLong, ManagedProcess, read_line
-from launcher.records import OPERATOR_TOKEN_FILE, read_operator_token, records_root
+from launcher.spawn.env_names import READY_SECONDS_ENV
+from launcher.spawn.process import LineTooLong, ManagedProcess, read_line
 
 if TYPE_CHECKING:
     # Imported by new_probe_client, once every peer was started: httpx and its pool

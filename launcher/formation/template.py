@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from launcher.errors import LauncherError
-from launcher.process import pid_alive
+from launcher.spawn.process import pid_alive
 
 #: How long the template may take to import a member runtime's modules.
 READY_SECONDS = 30.0

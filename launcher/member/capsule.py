@@ -34,8 +34,8 @@ from pydantic import ValidationError
 
 from gateway.a2a import Part
 from gateway.tasks import AgentFn, TaskRun, message_text
-from launcher.env_names import TASK_ID_ENV
 from launcher.errors import LauncherError
+from launcher.spawn.env_names import TASK_ID_ENV
 
 __all__ = [
     "AgentEnvironment", "CapsuleError", "MemberCallsLike", "Part", "TaskContext",

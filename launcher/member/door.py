@@ -34,13 +34,13 @@ from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationVerifier
 from gateway.trace_bus import TraceBus
 from gateway.trace_context import TaskSpans
-from launcher.channel import DoorDirectory
+from launcher.admission.manifest import Manifest
 from launcher.diagnostics import DiagnosticError
-from launcher.manifest import Manifest
 from launcher.member.capsule import AgentEnvironment
 from launcher.member.options import MemberOptions
 from launcher.member.outcome import CAPSULE_NOT_RUNNABLE, DOOR_CREDENTIALS, member_diagnostic
 from launcher.member.place import FormationPlace
+from launcher.spawn.channel import DoorDirectory
 
 if TYPE_CHECKING:       # httpx and the proxy are imported when a task first calls out
     import httpx

@@ -45,10 +45,10 @@ from launcher.member.options import (
 from launcher.member.outcome import SESSION_NOT_STAGED, member_diagnostic
 from launcher.member.place import FormationPlace, close_place, forget_descriptors, read_place
 from launcher.member.shutdown import ProtocolOut, lifeline_grace
-from launcher.process import forbid_inspection
-from launcher.run_flags import UsageError
 from launcher.sandbox.agent_cgroup import remove_all
 from launcher.sandbox.descendants import owning_descendants
+from launcher.spawn.process import forbid_inspection
+from launcher.spawn.run_flags import UsageError
 
 if TYPE_CHECKING:
     from launcher.member.outcome import SessionOutcome
@@ -92,11 +92,11 @@ def main(args: argparse.Namespace) -> int:
 def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
            json_mode: bool) -> Any:
     """Warnings, then the installed artifact this member runs (refusals raise)."""
-    from launcher.agent_check import missing_requirements, pip_install
-    from launcher.listen_flags import check_listener
+    from launcher.admission.agent_check import missing_requirements, pip_install
+    from launcher.admission.store import resolve
     from launcher.sandbox.hostcheck import host_diagnostics
     from launcher.sandbox.isolation import isolation_diagnostics
-    from launcher.store import resolve
+    from launcher.spawn.listen_flags import check_listener
 
     for warning in place.warnings:
         _report(warning, json_mode)
@@ -124,8 +124,8 @@ def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
 
 def _check_resumable(options: MemberOptions, session_id: str) -> None:
     """A resumed session is one of this work folder's, not running, of this capsule."""
-    from launcher.records import is_running, session_records
-    from launcher.trace import read_trace
+    from launcher.home.records import is_running, session_records
+    from launcher.home.trace import read_trace
 
     def refuse(problem: str, fix: str) -> DiagnosticError:
         return DiagnosticError(member_diagnostic(

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Literal
 
 from launcher import durations
-from launcher.env_names import DIAGNOSTICS_ENV, WORKDIR_ENV
 from launcher.ids import is_session_id
-from launcher.listen_flags import Listener, listener_from
-from launcher.run_flags import UsageError, read_task
 from launcher.sandbox.isolation import isolation_mode
+from launcher.spawn.env_names import DIAGNOSTICS_ENV, WORKDIR_ENV
+from launcher.spawn.listen_flags import Listener, listener_from
+from launcher.spawn.run_flags import UsageError, read_task
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 #: Set by the launcher for its members: ``text`` or ``json`` (see diagnostics_as_json).

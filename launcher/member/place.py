@@ -5,7 +5,7 @@ hand", "A resumed session") and docs/runtime-files.md ("The formation channel"):
 
 * ``MURMUR_FORMATION_PEERS`` in ``mur run``'s own environment: refused, ``E-RUN-046``;
 * ``MURMUR_FORMATION_CHANNEL``: the first line is read before anything is staged, and
-  every refused case is ``E-RUN-046`` (:func:`launcher.channel.read_credentials`);
+  every refused case is ``E-RUN-046`` (:func:`launcher.spawn.channel.read_credentials`);
 * ``MURMUR_FORMATION_LIFELINE``: adopted (made non-inheritable); one that is not an open
   pipe is ``E-RUN-046`` too;
 * ``MURMUR_FORMATION_ID`` with no lifeline: a member started by hand, ``W-RUN-007`` once;
@@ -24,11 +24,11 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
-from launcher.channel import ChannelCredentials, ChannelRefused, read_credentials
 from launcher.diagnostics import Diagnostic, diagnostic
-from launcher.env_names import CHANNEL_ENV, FORMATION_ENV, LIFELINE_ENV, PEERS_ENV
 from launcher.ids import is_formation_id
-from launcher.process import lifeline_from_env
+from launcher.spawn.channel import ChannelCredentials, ChannelRefused, read_credentials
+from launcher.spawn.env_names import CHANNEL_ENV, FORMATION_ENV, LIFELINE_ENV, PEERS_ENV
+from launcher.spawn.process import lifeline_from_env
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,21 @@ from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.streams import StreamLimits
 from gateway.trace_bus import TraceBus, TraceRecord
 from gateway.trace_context import Span
-from launcher.channel import DoorDirectory
+from launcher.admission.store import InstalledArtifact, unpack
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.errors import LauncherError
-from launcher.listen_flags import bind_listener
+from launcher.home.records import (
+    DISK_FULL_ERRNOS,
+    RunningRecord,
+    SessionRecords,
+    now_iso,
+    remove_running,
+    stage_session,
+    write_atomic,
+    write_operator_token,
+    write_running,
+)
+from launcher.home.trace import TraceWriter, timestamp
 from launcher.member.agent_process import AgentChild, AgentProcess, AgentStartFailed
 from launcher.member.door import (
     CallsSeam,
@@ -76,30 +87,19 @@ from launcher.member.proxy_slot import ProxySlot
 from launcher.member.server import DoorServer
 from launcher.member.shutdown import ExitFn, ProtocolOut, SignalGuard, Watchdog, hard_exit
 from launcher.member.span_export import SpanExport, start_span_export
-from launcher.process import (
+from launcher.sandbox import descendants
+from launcher.sandbox.agent_cgroup import AgentCgroup
+from launcher.sandbox.isolation import OFF
+from launcher.sandbox.landlock import host_support
+from launcher.spawn.channel import DoorDirectory
+from launcher.spawn.listen_flags import bind_listener
+from launcher.spawn.process import (
     divert_stderr_to,
     escape_control,
     launcher_gone,
     process_start_time,
     wait_for_eof,
 )
-from launcher.records import (
-    DISK_FULL_ERRNOS,
-    RunningRecord,
-    SessionRecords,
-    now_iso,
-    remove_running,
-    stage_session,
-    write_atomic,
-    write_operator_token,
-    write_running,
-)
-from launcher.sandbox import descendants
-from launcher.sandbox.agent_cgroup import AgentCgroup
-from launcher.sandbox.isolation import OFF
-from launcher.sandbox.landlock import host_support
-from launcher.store import InstalledArtifact, unpack
-from launcher.trace import TraceWriter, timestamp
 
 if TYPE_CHECKING:  # imported when a member needs them: httpx and aiohttp cost a start CPU
     from gateway.forward_proxy import ForwardProxy
@@ -475,8 +475,8 @@ class MemberSession:
         (``auto`` warned of the rest; ``required`` refused)."""
         if self.options.isolation == OFF:
             return None
+        from launcher.home.paths import murmur_home
         from launcher.member.confinement import agent_plan
-        from launcher.paths import murmur_home
         from launcher.sandbox.seccomp import seccomp_support
 
         return agent_plan(home=murmur_home(), capsule_dir=records.dir / "capsule",

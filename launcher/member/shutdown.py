@@ -23,9 +23,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from launcher.env_names import LIFELINE_GRACE_ENV
 from launcher.sandbox.agent_cgroup import remove_all
 from launcher.sandbox.descendants import end_descendants
+from launcher.spawn.env_names import LIFELINE_GRACE_ENV
 
 #: Exit status of a member forced to stop (a second SIGTERM, the lifeline watchdog).
 FORCED_EXIT = 143

@@ -43,8 +43,8 @@ from gateway.upstream import (
     upstream_interface,
 )
 from gateway.upstream_rest import RestFraming
+from launcher.admission.manifest import A2aAgent, UpstreamHeaderError
 from launcher.diagnostics import Diagnostic, DiagnosticError
-from launcher.manifest import A2aAgent, UpstreamHeaderError
 from launcher.member.outcome import (
     UPSTREAM_EXITED,
     UPSTREAM_NOT_READY,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.diagnostics import Diagnostic, diagnostic
-from launcher.env_names import HOME_ENV, HOST_WARNINGS_REPORTED_ENV
+from launcher.spawn.env_names import HOME_ENV, HOST_WARNINGS_REPORTED_ENV
 
 
 @dataclass(frozen=True)

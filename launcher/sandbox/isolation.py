@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Final
 
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
-from launcher.env_names import HOST_WARNINGS_REPORTED_ENV, ISOLATION_ENV
 from launcher.sandbox.landlock import HostSupport, host_support
 from launcher.sandbox.seccomp import SeccompSupport, seccomp_support
+from launcher.spawn.env_names import HOST_WARNINGS_REPORTED_ENV, ISOLATION_ENV
 
 AUTO: Final = "auto"
 REQUIRED: Final = "required"

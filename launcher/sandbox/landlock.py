@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from launcher.env_names import LANDLOCK_ABI_ENV
 from launcher.errors import LauncherError
+from launcher.spawn.env_names import LANDLOCK_ABI_ENV
 
 # --------------------------------------------------------------------------------------
 # The system calls (the same numbers on every architecture Linux builds them for,

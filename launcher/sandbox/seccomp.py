@@ -43,8 +43,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from launcher.env_names import SECCOMP_ENV
 from launcher.sandbox.landlock import LandlockError, prctl
+from launcher.spawn.env_names import SECCOMP_ENV
 
 # --------------------------------------------------------------------------------------
 # Constants

@@ -20,7 +20,7 @@ import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
 
-from launcher.store import install, pack
+from launcher.admission.store import install, pack
 
 pytestmark = pytest.mark.containers
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.home.records import formation_dir
 from launcher.ids import new_formation_id
-from launcher.records import formation_dir
 from tests.support.formation import (
     CODER_AGENT,
     PLANNER_AGENT,

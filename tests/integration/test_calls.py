@@ -29,7 +29,7 @@ from urllib.parse import quote
 import pytest
 
 from gateway.proxy import FormationRefused
-from launcher import records
+from launcher.home import records
 from tests.support.calls import (
     BEARER_ENV,
     REDIRECT_LOG_ENV,

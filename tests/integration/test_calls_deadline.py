@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import records
+from launcher.home import records
 from tests.support.calls import MemberSpec, build_project, plan, who
 from tests.support.formation import (
     kill_group_quietly,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from launcher import records
+from launcher.home import records
 from tests.support.formation import (
     CODER_AGENT,
     PLANNER_AGENT,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import records
+from launcher.home import records
 from launcher.ids import new_formation_id
-from launcher.process import process_start_time
+from launcher.spawn.process import process_start_time
 from tests.support.formation import (
     kill_group_quietly,
     launcher_env,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from launcher import records
+from launcher.home import records
 from tests.support import third_party
 from tests.support.formation import (
     alive,

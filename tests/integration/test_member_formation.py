@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.process import pid_alive, process_start_time
+from launcher.spawn.process import pid_alive, process_start_time
 from tests.support import member as support
 from tests.support.member import FDS_COMMAND as FDS
 from tests.support.member import Channel, Member, Project, wait_for

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from launcher import records
+from launcher.home import records
 from tests.support.formation import (
     ECHO_AGENT,
     install_capsule,

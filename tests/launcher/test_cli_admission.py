@@ -13,8 +13,8 @@ from types import ModuleType
 
 import pytest
 
+from launcher.admission.store import read_lock, resolve
 from launcher.cli import main
-from launcher.store import read_lock, resolve
 from tests.support.capsules import capsule_source, install_capsule
 
 Run = tuple[int, str, str]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.agent_check import python_agent_problem
+from launcher.admission.agent_check import python_agent_problem
+from launcher.admission.roster import admit
+from launcher.admission.sources import project_sources, rebuild, source_warnings
+from launcher.admission.store import install, pack
 from launcher.cli import main
 from launcher.diagnostics import DiagnosticError
-from launcher.roster import admit
-from launcher.sources import project_sources, rebuild, source_warnings
-from launcher.store import install, pack
 
 MANIFEST = """manifest_version: 1
 name: {name}
@@ -163,7 +163,7 @@ def test_requirements_that_are_met_admit(tmp_path: Path, murmur_home: Path) -> N
 
 
 def test_a_requirement_that_is_not_one_is_e_man_001() -> None:
-    from launcher.manifest import parse_manifest
+    from launcher.admission.manifest import parse_manifest
 
     with pytest.raises(DiagnosticError) as refused:
         parse_manifest(REQUIRING.format(requires="'not a requirement!!'"))

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = textwrap.dedent("""
     import ctypes, sys
-    from launcher.process import forbid_inspection
+    from launcher.spawn.process import forbid_inspection
     libc = ctypes.CDLL(None)
     before = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
     set_ = forbid_inspection()

@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
+from launcher.admission.manifest import load_manifest
 from launcher.cli import main
-from launcher.manifest import load_manifest
 
 Run = tuple[int, str, str]
 #: How long server.py may take to serve its card, and one request to answer.

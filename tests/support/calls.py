@@ -203,7 +203,7 @@ argv = sys.argv[1:]
 if argv[argv.index("--capsule") + 1] != "local/r":
     os.execv(sys.executable, [sys.executable, "-m", "launcher.cli", *argv])
 
-from launcher import records, trace
+from launcher.home import records, trace
 from launcher.ids import new_session_id
 
 formation = os.environ["MURMUR_FORMATION_ID"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.store import InstalledArtifact, install, pack
+from launcher.admission.store import InstalledArtifact, install, pack
 
 
 def capsule_source(root: Path, name: str, version: str = "1.0.0", *, accept: bool = False,

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from launcher.store import install, pack
+from launcher.admission.store import install, pack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ mode = json.loads(os.environ.get("FAKE_MEMBER_MODES", "{}")).get(capsule, "real"
 if mode == "real":
     os.execv(sys.executable, [sys.executable, "-m", "launcher.cli", *argv])
 
-from launcher import records, trace
+from launcher.home import records, trace
 from launcher.ids import new_session_id
 
 formation = os.environ["MURMUR_FORMATION_ID"]

@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 
 from gateway.tokens import FormationKey
-from launcher.channel import ChannelWriter
+from launcher.admission.store import install, pack
+from launcher.home.trace import read_trace
 from launcher.ids import new_formation_id
-from launcher.process import make_channel_pipe, make_lifeline_pipe
-from launcher.store import install, pack
-from launcher.trace import read_trace
+from launcher.spawn.channel import ChannelWriter
+from launcher.spawn.process import make_channel_pipe, make_lifeline_pipe
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,14 +11,14 @@ import pytest
 
 from launcher.cli import main
 from launcher.commands.audit import AuditRefused, audit, render_report
-from launcher.ids import new_formation_id, new_session_id
-from launcher.records import (
+from launcher.home.records import (
     formation_dir,
     formation_records,
     make_formation_dir,
     read_formation_marker,
     write_formation_marker,
 )
+from launcher.ids import new_formation_id, new_session_id
 
 EDGES = [("planner", "coder")]
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from launcher import records
 from launcher.commands import ps, send, stop
 from launcher.commands import trace as trace_command
+from launcher.home import records
+from launcher.home.records import RunningRecord
+from launcher.home.trace import TraceWriter
 from launcher.ids import new_formation_id, new_session_id
-from launcher.process import process_start_time
-from launcher.records import RunningRecord
-from launcher.trace import TraceWriter
+from launcher.spawn.process import process_start_time
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from gateway.tokens import FormationKey
-from launcher import records
+from launcher.admission.roster import admit
+from launcher.admission.store import install, pack
 from launcher.durations import format_deadline, parse_deadline
 from launcher.formation import launch as formation
 from launcher.formation import members as formation_members
@@ -29,10 +30,9 @@ from launcher.formation.ready import (
     parse_ready_line,
     ready_seconds,
 )
+from launcher.home import records
 from launcher.ids import new_formation_id, new_session_id
 from launcher.member.options import parse_deadline as member_parse_deadline
-from launcher.roster import admit
-from launcher.store import install, pack
 
 NOW = datetime(2026, 10, 23, 21, 44, 57, tzinfo=UTC)
 

@@ -21,10 +21,9 @@ from gateway.tasks import GateConfig, TaskRun
 from gateway.tokens import FormationKey, FormationVerifier
 from gateway.trace_bus import TraceBus
 from gateway.trace_context import Span
-from launcher.channel import ChannelCredentials, DoorDirectory
+from launcher.admission.manifest import parse_manifest
 from launcher.diagnostics import DiagnosticError
 from launcher.ids import new_formation_id
-from launcher.manifest import parse_manifest
 from launcher.member import door as member_door
 from launcher.member.door import (
     CallsSeam,
@@ -37,6 +36,7 @@ from launcher.member.door import (
 )
 from launcher.member.options import MemberOptions
 from launcher.member.place import FormationPlace
+from launcher.spawn.channel import ChannelCredentials, DoorDirectory
 
 FORMATION = new_formation_id()
 KEY = FormationKey.generate()

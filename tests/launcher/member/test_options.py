@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from launcher.member.options import options_from, parse_deadline
-from launcher.run_flags import MAX_TASK_BYTES, UsageError, read_task
+from launcher.spawn.run_flags import MAX_TASK_BYTES, UsageError, read_task
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

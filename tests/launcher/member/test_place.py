@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.tokens import FormationKey
-from launcher.channel import ChannelRefused, encode_credentials
 from launcher.ids import new_formation_id, new_session_id
 from launcher.member.place import close_place, forget_descriptors, read_place
+from launcher.spawn.channel import ChannelRefused, encode_credentials
 
 SESSION = new_session_id()
 

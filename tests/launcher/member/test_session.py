@@ -18,15 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
+from launcher.admission.store import install, pack, resolve
+from launcher.home.records import running_dir
+from launcher.home.trace import read_trace
 from launcher.ids import new_formation_id, new_session_id
 from launcher.member import session as member_session
 from launcher.member.options import MemberOptions
 from launcher.member.place import FormationPlace
 from launcher.member.session import MemberSession, SessionPlan
 from launcher.member.shutdown import FORCED_EXIT, ProtocolOut
-from launcher.records import running_dir
-from launcher.store import install, pack, resolve
-from launcher.trace import read_trace
 
 AGENT = '''
 import asyncio

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from launcher.roster import parse_roster
+from launcher.admission.roster import parse_roster
+from tests.support.formation import REPO
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "roster.md"
+PAGE = REPO / "docs" / "roster.md"
 
 
 def test_the_example_roster_has_the_shape_admission_accepts() -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from gateway.auth import AuthPolicy
 from gateway.credentials import OperatorToken
+from launcher.admission.manifest import parse_manifest
 from launcher.diagnostics import DiagnosticError
-from launcher.manifest import parse_manifest
 from launcher.member.door import auth_policy
 from launcher.member.place import FormationPlace
 

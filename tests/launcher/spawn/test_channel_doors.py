@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from gateway.tokens import FormationKey
-from launcher.channel import (
+from launcher.ids import new_formation_id
+from launcher.spawn.channel import (
     ChannelWriter,
     DoorAddressMissing,
     DoorDirectory,
 )
-from launcher.ids import new_formation_id
-from launcher.process import ManagedProcess, make_channel_pipe, read_line
+from launcher.spawn.process import ManagedProcess, make_channel_pipe, read_line
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ async def test_repr_names_callees_only(pipe: tuple[int, int]) -> None:
 
 MEMBER = textwrap.dedent("""
     import asyncio, os, sys
-    from launcher.channel import DoorDirectory, read_credentials
+    from launcher.spawn.channel import DoorDirectory, read_credentials
     from launcher.diagnostics import DiagnosticError
 
     try:

@@ -15,10 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.diagnostics import DiagnosticError
-from launcher.paths import global_store, project_store
-from launcher.paths import murmur_home as home_of
-from launcher.store import (
+from launcher.admission.store import (
     FIXED_DATE_TIME,
     LockPin,
     install,
@@ -32,6 +29,9 @@ from launcher.store import (
     unpack,
     write_lock,
 )
+from launcher.diagnostics import DiagnosticError
+from launcher.home.paths import global_store, project_store
+from launcher.home.paths import murmur_home as home_of
 from tests.support.capsules import capsule_source, install_capsule
 
 

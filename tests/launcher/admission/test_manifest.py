@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import yaml_files
-from launcher.diagnostics import DiagnosticError
-from launcher.durations import format_duration, parse_duration
-from launcher.manifest import (
+from launcher.admission import yaml_files
+from launcher.admission.manifest import (
     Manifest,
     UpstreamHeaderError,
     check_files,
@@ -19,8 +17,10 @@ from launcher.manifest import (
     read_yaml,
     referenced_files,
 )
-from launcher.roster import admit
-from launcher.store import install, pack
+from launcher.admission.roster import admit
+from launcher.admission.store import install, pack
+from launcher.diagnostics import DiagnosticError
+from launcher.durations import format_duration, parse_duration
 
 DESIGN_EXAMPLE = """\
 manifest_version: 1

@@ -31,8 +31,7 @@ from typing import Any, Literal
 
 import yaml
 
-from launcher.diagnostics import DiagnosticError
-from launcher.manifest import (
+from launcher.admission.manifest import (
     Manifest,
     check_files,
     load_manifest,
@@ -40,14 +39,15 @@ from launcher.manifest import (
     parse_manifest,
     version_problem,
 )
-from launcher.paths import global_store, project_store
-from launcher.yaml_files import (
+from launcher.admission.yaml_files import (
     YamlFault,
     describe_value,
     dotted,
     read_text_file,
     read_yaml,
 )
+from launcher.diagnostics import DiagnosticError
+from launcher.home.paths import global_store, project_store
 
 ARTIFACT_SUFFIX = ".mur.zip"
 LOCK_FILE = "murmur.lock"

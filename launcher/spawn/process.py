@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol, TextIO
 
-from launcher.env_names import LIFELINE_ENV
 from launcher.errors import LauncherError
+from launcher.spawn.env_names import LIFELINE_ENV
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -158,7 +158,7 @@ def _child_reads_pipe() -> ChildPipe:
 
 def make_channel_pipe() -> ChildPipe:
     """The formation channel: the child reads ``child_fd``, the launcher writes
-    ``parent_fd`` (hand it to :class:`launcher.channel.ChannelWriter`)."""
+    ``parent_fd`` (hand it to :class:`launcher.spawn.channel.ChannelWriter`)."""
     return _child_reads_pipe()
 
 

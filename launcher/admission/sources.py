@@ -17,11 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.admission.manifest import load_manifest
+from launcher.admission.roster import ROSTER_FILE, AdmittedRoster, MemberSpec, read_roster
+from launcher.admission.store import install, pack_bytes
+from launcher.admission.yaml_files import YamlFault
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
-from launcher.manifest import load_manifest
-from launcher.roster import ROSTER_FILE, AdmittedRoster, MemberSpec, read_roster
-from launcher.store import install, pack_bytes
-from launcher.yaml_files import YamlFault
 
 __all__ = ["Source", "project_sources", "rebuild", "source_warnings"]
 

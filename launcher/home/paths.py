@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from launcher.env_names import HOME_ENV
+from launcher.spawn.env_names import HOME_ENV
 
 #: The environment variable naming murmur's home; ``~/.murmur`` when unset or empty.
 #: The folder, inside a project, that holds its store (and nothing the user writes).

@@ -1,4 +1,4 @@
-"""launcher.process on real child processes and real pipes."""
+"""launcher.spawn.process on real child processes and real pipes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.process import (
+from launcher.spawn.process import (
     DEVNULL,
     MAX_LINE,
     PIPE,
@@ -199,7 +199,7 @@ def test_lifeline_reads_eof_when_the_launcher_closes_it(procs: list[ManagedProce
 
 LAUNCHER = textwrap.dedent("""
     import os, sys, time
-    from launcher.process import ManagedProcess, make_lifeline_pipe, make_channel_pipe
+    from launcher.spawn.process import ManagedProcess, make_lifeline_pipe, make_channel_pipe
     lifeline, channel = make_lifeline_pipe(), make_channel_pipe()
     member = ManagedProcess.start(
         [sys.executable, "-c", sys.argv[1], str(lifeline.child_fd), sys.argv[2]],
@@ -584,7 +584,7 @@ def test_launcher_gone_compares_with_the_parent_at_start() -> None:
 
 DIVERTER = textwrap.dedent("""
     import sys
-    from launcher.process import divert_stderr_to
+    from launcher.spawn.process import divert_stderr_to
     print("before", file=sys.stderr, flush=True)
     divert_stderr_to(sys.argv[1])
     print("after", file=sys.stderr, flush=True)

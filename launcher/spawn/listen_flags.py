@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.diagnostics import DiagnosticError
-from launcher.run_flags import UsageError
+from launcher.spawn.run_flags import UsageError
 
 _NAME = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)"
                    r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from gateway.tokens import FormationKey, b64url_encode
-from launcher.channel import (
+from launcher.diagnostics import DiagnosticError
+from launcher.ids import new_formation_id
+from launcher.spawn.channel import (
     DEFAULT_TIMEOUT,
     ChannelCredentials,
     ChannelRefused,
@@ -23,8 +25,6 @@ from launcher.channel import (
     read_credentials,
     refuse_roster_inside_formation,
 )
-from launcher.diagnostics import DiagnosticError
-from launcher.ids import new_formation_id
 
 
 @dataclass
@@ -341,7 +341,7 @@ def test_a_key_that_is_not_on_the_curve_is_refused(formation: Formation,
 def test_an_endless_first_line_is_refused(formation: Formation,
                                           monkeypatch: pytest.MonkeyPatch,
                                           pipe: tuple[int, int]) -> None:
-    monkeypatch.setattr("launcher.channel.MAX_FIRST_LINE", 1000)
+    monkeypatch.setattr("launcher.spawn.channel.MAX_FIRST_LINE", 1000)
     send(pipe[1], b"x" * 5000)
     error = refused(formation.env(pipe[0]))
     assert error.case == "not_credentials"
@@ -470,6 +470,6 @@ def test_the_writer_refuses_to_encode_what_a_member_would_refuse(
             encode_credentials(**{**base, **change})  # type: ignore[arg-type]
     writer = ChannelWriter(-1)
     with pytest.raises(ValueError):
-        from launcher.channel import encode_doors
+        from launcher.spawn.channel import encode_doors
         encode_doors({"coder": "ftp://host"})
     assert writer.closed

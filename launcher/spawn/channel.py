@@ -38,9 +38,9 @@ from gateway.tokens import (
     b64url_encode,
 )
 from launcher.diagnostics import DiagnosticError
-from launcher.env_names import CHANNEL_ENV, FORMATION_ENV, PEERS_ENV
 from launcher.errors import LauncherError
 from launcher.ids import is_formation_id
+from launcher.spawn.env_names import CHANNEL_ENV, FORMATION_ENV, PEERS_ENV
 
 #: How long a member waits for its first line, and a proxy for a callee's door.
 DEFAULT_TIMEOUT = 10.0

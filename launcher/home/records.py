@@ -37,9 +37,9 @@ from typing import Any, Literal
 
 from gateway.protocol import MEMBER_NAME_RE
 from launcher.errors import LauncherError
+from launcher.home.paths import murmur_home
 from launcher.ids import id_time, is_formation_id, is_session_id
-from launcher.paths import murmur_home
-from launcher.process import pid_alive
+from launcher.spawn.process import pid_alive
 
 OPERATOR_TOKEN_FILE = "operator.token"  # noqa: S105 - a file name
 TRACE_FILE = "trace.jsonl"

@@ -1,4 +1,4 @@
-"""launcher.records: records directories, operator.token, running records, formation dirs."""
+"""launcher.home.records: records directories, operator.token, running records, formation dirs."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher import records
-from launcher.ids import new_formation_id, new_session_id
-from launcher.process import process_start_time
-from launcher.records import (
+from launcher.home import records
+from launcher.home.records import (
     PeerDirectoryExists,
     RunningRecord,
     RunningRecordsUnreadable,
 )
+from launcher.ids import new_formation_id, new_session_id
+from launcher.spawn.process import process_start_time
 
 
 def mode(path: Path) -> int:

@@ -20,13 +20,13 @@ from types import TracebackType
 from typing import Any
 
 from gateway.redaction import redact_value
-from launcher.ids import is_formation_id, is_session_id
-from launcher.records import (
+from launcher.home.records import (
     TRACE_FILE,
     formation_records,
     read_running,
     records_root,
 )
+from launcher.ids import is_formation_id, is_session_id
 
 Record = dict[str, Any]
 

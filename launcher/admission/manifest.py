@@ -1,4 +1,4 @@
-"""A capsule's ``murmur.yaml``: the manifest model, read with :mod:`launcher.yaml_files`.
+"""A capsule's ``murmur.yaml``: the manifest model, read with :mod:`launcher.admission.yaml_files`.
 
 The manifest schema as pydantic models that refuse any key they do not list
 (``E-MAN-001``, naming the key's dotted path) and a door requiring authentication beside
@@ -32,10 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from gateway.protocol import MEMBER_NAME_RE
 from gateway.redaction import redact
-from launcher.diagnostics import DiagnosticError
-from launcher.durations import DURATION_FORMS, parse_duration
-from launcher.errors import LauncherError
-from launcher.yaml_files import (
+from launcher.admission.yaml_files import (
     Location,
     YamlFault,
     describe_value,
@@ -44,6 +41,9 @@ from launcher.yaml_files import (
     read_yaml,
     suggest,
 )
+from launcher.diagnostics import DiagnosticError
+from launcher.durations import DURATION_FORMS, parse_duration
+from launcher.errors import LauncherError
 
 # --- Shared field rules ------------------------------------------------------------------
 

@@ -14,10 +14,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from launcher.admission.roster import AdmittedRoster, admit, check_structure, parse_roster
+from launcher.admission.store import LockPin, write_lock
 from launcher.cli import main
 from launcher.diagnostics import DiagnosticError
-from launcher.roster import AdmittedRoster, admit, check_structure, parse_roster
-from launcher.store import LockPin, write_lock
 from tests.support.capsules import install_capsule
 
 #: Every code admission may refuse a roster with (W-ROS-001 only warns).

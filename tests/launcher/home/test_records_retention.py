@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import records
+from launcher.home import records
+from launcher.home.records import RunningRecord, retention_pass
 from launcher.ids import id_time, is_formation_id, new_session_id
-from launcher.process import process_start_time
-from launcher.records import RunningRecord, retention_pass
+from launcher.spawn.process import process_start_time
 
 NOW = datetime.now(UTC)
 

@@ -1,4 +1,4 @@
-"""launcher.trace: writing, reading, merging and finding trace.jsonl files."""
+"""launcher.home.trace: writing, reading, merging and finding trace.jsonl files."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from gateway.tokens import FormationKey
-from launcher import records
-from launcher.ids import new_formation_id, new_session_id
-from launcher.trace import (
+from launcher.home import records
+from launcher.home.trace import (
     TraceWriter,
     find_formation_traces,
     find_session_trace,
@@ -27,6 +26,7 @@ from launcher.trace import (
     read_trace,
     timestamp,
 )
+from launcher.ids import new_formation_id, new_session_id
 
 
 def test_each_record_has_ts_and_event_and_lands_at_once(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_read_trace_skips_a_torn_last_line(tmp_path: Path) -> None:
 
 SIGNAL_WRITER = textwrap.dedent("""
     import os, signal, sys
-    from launcher.trace import TraceWriter
+    from launcher.home.trace import TraceWriter
     trace = TraceWriter(sys.argv[1])
     def on_term(signum, frame):
         trace.write("session_end", exit_status="canceled")

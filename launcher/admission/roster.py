@@ -13,11 +13,11 @@
 | 9     | ``agent.requires`` installed; each ``python`` agent compiles  | E-ROS-011, E-ROS-010 |
 
 Checks 1-5 (:func:`check_structure`) read no store; check 9 is murmur-door's own, after
-the roster format's eight, and runs no agent code (``launcher/agent_check.py``). Check 6
+the roster format's eight, and runs no agent code (``launcher/admission/agent_check.py``). Check 6
 takes each member through both of its rows before the next member. The first failure
 refuses the roster. An admitted roster then gets ``W-ROS-001`` for every member more
 members may call than it holds, and ``W-ROS-002`` when ``reachability: all`` gives the
-entry member no callee (``launcher/sources.py`` adds ``W-ROS-003`` for a member whose
+entry member no callee (``launcher/admission/sources.py`` adds ``W-ROS-003`` for a member whose
 source in the project differs from what is installed).
 """
 
@@ -28,16 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from launcher.agent_check import missing_requirements, pip_install, python_agent_problem
-from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
-from launcher.errors import LauncherError
-from launcher.manifest import (
+from launcher.admission.agent_check import missing_requirements, pip_install, python_agent_problem
+from launcher.admission.manifest import (
     Manifest,
     name_problem,
     version_problem,
 )
-from launcher.paths import global_store, project_store
-from launcher.store import (
+from launcher.admission.store import (
     InstalledArtifact,
     LockPin,
     StoreKind,
@@ -49,7 +46,7 @@ from launcher.store import (
     read_lock,
     write_lock,
 )
-from launcher.yaml_files import (
+from launcher.admission.yaml_files import (
     YamlFault,
     describe_value,
     dotted,
@@ -57,6 +54,9 @@ from launcher.yaml_files import (
     read_yaml,
     suggest,
 )
+from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
+from launcher.errors import LauncherError
+from launcher.home.paths import global_store, project_store
 
 ROSTER_FILE = "roster.yaml"
 TOP_KEYS = ("roster_version", "members", "reachability")
