@@ -1,7 +1,7 @@
 """Who is calling: the record DoorAuth leaves on the ASGI scope for the app behind it.
 
-This module is the contract between the auth middleware (``gateway.auth``) and the A2A
-layer (``gateway.door``): the middleware decides, the app only reads.
+This module is the contract between the auth middleware (``gateway.auth.door_auth``) and the A2A
+layer (``gateway.door.app``): the middleware decides, the app only reads.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ CALLER_SCOPE_KEY = "murmur.caller"
 #: (a dict) when it read one, so the app need not parse the body a second time.
 RPC_SCOPE_KEY = "murmur.rpc"
 #: The ASGI scope key under which DoorAuth stores the HTTP+JSON route it matched
-#: (a :class:`gateway.rest_routes.RestRoute`), so the app need not match it again.
+#: (a :class:`gateway.a2a.rest_routes.RestRoute`), so the app need not match it again.
 REST_SCOPE_KEY = "murmur.rest"
 
 CredentialKind = Literal["operator", "bearer", "jwt", "member", "public"]

@@ -17,9 +17,9 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any, AnyStr, Generic, Protocol
 
+from gateway.a2a.jsonrpc import RpcError
+from gateway.door.streams import StreamTicket
 from gateway.http_io import wait_disconnect
-from gateway.jsonrpc import RpcError
-from gateway.streams import StreamTicket
 from gateway.types import Headers, Receive, Send
 
 log = logging.getLogger("murmur.door")

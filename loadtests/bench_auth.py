@@ -46,10 +46,10 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from gateway.auth import AuthPolicy, DoorAuth  # noqa: E402
+from gateway.auth.credentials import OperatorToken  # noqa: E402
+from gateway.auth.door_auth import AuthPolicy, DoorAuth  # noqa: E402
+from gateway.auth.tokens import FormationKey, FormationVerifier, ed25519_backend  # noqa: E402
 from gateway.caller import RPC_SCOPE_KEY  # noqa: E402
-from gateway.credentials import OperatorToken  # noqa: E402
-from gateway.tokens import FormationKey, FormationVerifier, ed25519_backend  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FORMATION = "frm_0190c0de00007000800000000000beef"

@@ -99,11 +99,11 @@ def door_app(with_auth: bool, agent: Any = None,
     a formation door and a caller token; without ``metrics``, DoorAuth in front of the
     A2A app with no request counted (the door before ``GET /metrics``, but for DoorAuth's
     own refusal and verification counts: one dict increment a request)."""
-    from gateway.agent_card import CardInfo
-    from gateway.auth import AuthPolicy, DoorAuth
-    from gateway.door import DoorSettings, build_door
-    from gateway.tasks import GateConfig, TaskRun
-    from gateway.tokens import FormationKey, FormationVerifier
+    from gateway.auth.door_auth import AuthPolicy, DoorAuth
+    from gateway.auth.tokens import FormationKey, FormationVerifier
+    from gateway.door.app import DoorSettings, build_door
+    from gateway.door.card import CardInfo
+    from gateway.door.tasks import GateConfig, TaskRun
 
     async def trivial(run: TaskRun) -> str:
         return "ok"
@@ -180,7 +180,7 @@ def sdk_app(rest: bool = False) -> Any:
 def agent_process(root: Path, confined: bool) -> Any:
     """An AgentProcess running ``bench_agent:run`` (a fresh interpreter, as a member's
     restart spawns), with a member's Landlock plan when ``confined``; not yet started."""
-    from gateway.trace_bus import TraceBus
+    from gateway.trace.bus import TraceBus
     from launcher.member.agent_process import AgentProcess
     from launcher.sandbox.landlock import host_support
 

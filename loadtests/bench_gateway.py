@@ -81,8 +81,8 @@ def serve_upstream() -> None:
 
 
 def _formation_policy() -> tuple[Any, str]:
-    from gateway.auth import AuthPolicy
-    from gateway.tokens import FormationKey, FormationVerifier
+    from gateway.auth.door_auth import AuthPolicy
+    from gateway.auth.tokens import FormationKey, FormationVerifier
 
     formation = "frm_" + uuid.uuid4().hex
     key = FormationKey.generate()
@@ -92,9 +92,9 @@ def _formation_policy() -> tuple[Any, str]:
 
 
 def _settings() -> Any:
-    from gateway.agent_card import CardInfo
-    from gateway.door import DoorSettings
-    from gateway.tasks import GateConfig
+    from gateway.door.app import DoorSettings
+    from gateway.door.card import CardInfo
+    from gateway.door.tasks import GateConfig
 
     return DoorSettings(card=CardInfo(name="bench", description="benchmark", version="1",
                                       member="coder"),
@@ -115,8 +115,8 @@ def serve_gateway(upstream_port: int) -> None:
     """The gateway member's door (DoorAuth, the relay) in front of the upstream."""
     import logging
 
-    from gateway.relay import build_gateway_door
-    from gateway.upstream import UpstreamClient
+    from gateway.relay.client import UpstreamClient
+    from gateway.relay.tasks import build_gateway_door
 
     logging.disable(logging.WARNING)
     policy, token = _formation_policy()
@@ -136,8 +136,8 @@ def serve_door() -> None:
     """A member's door with a trivial local agent and DoorAuth (formation tokens)."""
     import logging
 
-    from gateway.door import build_door
-    from gateway.tasks import TaskRun
+    from gateway.door.app import build_door
+    from gateway.door.tasks import TaskRun
 
     logging.disable(logging.WARNING)
 
@@ -157,9 +157,9 @@ def serve_proxy(door_port: int) -> None:
     formation token arrives on stdin."""
     import uvloop
 
-    from gateway.aiohttp_transport import default_inner_transport
-    from gateway.forward_proxy import ForwardProxy
-    from gateway.proxy import FormationTransport
+    from gateway.proxy.aiohttp_transport import default_inner_transport
+    from gateway.proxy.formation import FormationTransport
+    from gateway.proxy.forward import ForwardProxy
 
     token = sys.stdin.readline().strip()
     door_url = f"http://127.0.0.1:{door_port}"

@@ -3,7 +3,7 @@ straight to the door URL with the same token, in one run, at 32 concurrent calls
 
 The door is a real uvicorn server in another process on 127.0.0.1:
   --target stub   a minimal Starlette JSON-RPC app answering GetTask and SendMessage
-  --target door   the project's door (gateway.door.build_door) behind DoorAuth, with a
+  --target door   the project's door (gateway.door.app.build_door) behind DoorAuth, with a
                   real formation key: the token is minted here, the door gets only the
                   public key
 
@@ -12,8 +12,8 @@ Configurations (an inner transport and a client):
                             before sniffio was a dependency (``import sniffio`` fails, and
                             is retried, on every pool lock): the "plain httpx" of the goal
   httpx / task.http         FormationClient (the class of task.http) on httpx's transport
-  aiohttp / task.http       FormationClient on gateway.aiohttp_transport.AiohttpTransport
-  httpx / call-member       gateway.call_member.JsonRpcSender (what call-member sends
+  aiohttp / task.http       FormationClient on gateway.proxy.aiohttp_transport.AiohttpTransport
+  httpx / call-member       gateway.proxy.call_member.JsonRpcSender (what call-member sends
   aiohttp / call-member     with) on each inner transport
 
 Each is measured ``direct`` (to http://127.0.0.1:<port>/, Authorization set by hand) and
@@ -51,8 +51,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.call_member import JsonRpcSender  # noqa: E402
-from gateway.proxy import FormationClient, FormationTransport  # noqa: E402
+from gateway.proxy.call_member import JsonRpcSender  # noqa: E402
+from gateway.proxy.formation import FormationClient, FormationTransport  # noqa: E402
 
 RESULTS = ROOT / "loadtests" / "results"
 FORMATION = "frm_0190a1b2c3d47e5f8a9b0c1d2e3f4a5b"
@@ -92,11 +92,11 @@ def stub_app() -> Any:
 
 def door_app(public_key: bytes) -> Any:
     """The project's door for member ``coder``, accepting formation tokens."""
-    from gateway.agent_card import CardInfo
-    from gateway.auth import AuthPolicy
-    from gateway.door import DoorSettings, build_door
-    from gateway.tasks import GateConfig
-    from gateway.tokens import FormationVerifier
+    from gateway.auth.door_auth import AuthPolicy
+    from gateway.auth.tokens import FormationVerifier
+    from gateway.door.app import DoorSettings, build_door
+    from gateway.door.card import CardInfo
+    from gateway.door.tasks import GateConfig
 
     async def agent(task: Any) -> str:
         return "ok"
@@ -199,7 +199,7 @@ def sniffio_hidden() -> Iterator[None]:
 
 def make_inner(kind: str) -> httpx.AsyncBaseTransport:
     if kind == "aiohttp":
-        from gateway.aiohttp_transport import AiohttpTransport
+        from gateway.proxy.aiohttp_transport import AiohttpTransport
         return AiohttpTransport(limit=100)
     return httpx.AsyncHTTPTransport()          # httpx's defaults, as a plain client has
 
@@ -520,13 +520,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.calls, args.warmup, args.seconds, args.rounds = 300, 50, 2.0, 2
     configs = [CONFIGS[name.strip()] for name in args.configs.split(",") if name.strip()]
-    from gateway.aiohttp_transport import aiohttp_available
+    from gateway.proxy.aiohttp_transport import aiohttp_available
     if not aiohttp_available():
         print("aiohttp is not installed: its rows are skipped", file=sys.stderr)
         configs = [config for config in configs if config.inner != "aiohttp"]
     public_key, token = None, STUB_TOKEN
     if args.target == "door":
-        from gateway.tokens import FormationKey
+        from gateway.auth.tokens import FormationKey
         key = FormationKey.generate()
         public_key = key.public_bytes
         token = key.mint(formation=FORMATION, caller="planner", callee="coder")

@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey  # noqa: E402
 
-from gateway import tokens  # noqa: E402
-from gateway.tokens import (  # noqa: E402
+from gateway.auth import tokens  # noqa: E402
+from gateway.auth.tokens import (  # noqa: E402
     FormationKey,
     FormationVerifier,
     InvalidToken,

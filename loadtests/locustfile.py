@@ -37,7 +37,7 @@ from locust import FastHttpUser, constant, events, task
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.tokens import FormationKey  # noqa: E402 - after the repository is on the path
+from gateway.auth.tokens import FormationKey  # noqa: E402 - after the repository is on the path
 
 A2A = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 #: How many members the token scenario's formation has (callers of ``hub``).

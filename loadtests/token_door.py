@@ -21,11 +21,11 @@ def main() -> None:
 
     import uvicorn
 
-    from gateway.agent_card import CardInfo
-    from gateway.auth import AuthPolicy
-    from gateway.door import DoorSettings, build_door
-    from gateway.tasks import TaskRun
-    from gateway.tokens import FormationVerifier
+    from gateway.auth.door_auth import AuthPolicy
+    from gateway.auth.tokens import FormationVerifier
+    from gateway.door.app import DoorSettings, build_door
+    from gateway.door.card import CardInfo
+    from gateway.door.tasks import TaskRun
 
     logging.disable(logging.WARNING)     # a forged token is refused at INFO, by design
     public_hex, formation = sys.stdin.readline().split()

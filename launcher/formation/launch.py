@@ -34,8 +34,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.auth.tokens import FormationKey
 from gateway.redaction import redact
-from gateway.tokens import FormationKey
 from launcher.admission.roster import AdmittedRoster, admit
 from launcher.admission.sources import rebuild, source_warnings
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
@@ -149,7 +149,7 @@ def reach_warnings(admitted: AdmittedRoster) -> list[Diagnostic]:
         callees = admitted.callees(member.name)
         if not callees:
             continue
-        from gateway.egress import egress_reaches_loopback  # only for a roster with edges
+        from gateway.proxy.egress import egress_reaches_loopback  # only for a roster with edges
 
         try:
             reaches = egress_reaches_loopback(member.manifest.capabilities.network.allow)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.tokens import FormationKey
+from gateway.auth.tokens import FormationKey
 from launcher.admission.roster import AdmittedMember
 from launcher.formation.ready import Ready
 from launcher.home.records import home

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 from gateway.protocol import CARD_PATH, SESSION_EXTENSION_URI
 
-# gateway.protocol, not gateway.a2a: the A2A models would cost every launch a tenth of
+# gateway.protocol, not gateway.a2a.models: the A2A models would cost every launch a tenth of
 # a second before the first member starts.
 from launcher.errors import LauncherError
 from launcher.home.records import OPERATOR_TOKEN_FILE, read_operator_token, records_root

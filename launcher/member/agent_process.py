@@ -34,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.tasks import AgentFn, TaskRun
-from gateway.trace_bus import TraceBus
+from gateway.door.tasks import AgentFn, TaskRun
+from gateway.trace.bus import TraceBus
 from launcher.errors import LauncherError
 from launcher.member.agent.protocol import (
     ANSWER,

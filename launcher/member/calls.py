@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable, Mapping
 
 import httpx
 
-from gateway.call_member import CallFailed, CallHandle, MemberCalls
-from gateway.egress import virtual_address
 from gateway.metrics import DoorMetrics
-from gateway.proxy import CALLING_TASK, DoorDirectory, FormationTransport
-from gateway.trace_bus import TraceBus
-from gateway.trace_context import Span, TaskSpans, call_span, traceparent
+from gateway.proxy.call_member import CallFailed, CallHandle, MemberCalls
+from gateway.proxy.egress import virtual_address
+from gateway.proxy.formation import CALLING_TASK, DoorDirectory, FormationTransport
+from gateway.trace.bus import TraceBus
+from gateway.trace.context import Span, TaskSpans, call_span, traceparent
 
 #: The task whose agent code is running (set when its calls object is made, so the calls
 #: it makes see it; the forward proxy sets it for a request that names its task).

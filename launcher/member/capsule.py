@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from gateway.a2a import Part
-from gateway.tasks import AgentFn, TaskRun, message_text
+from gateway.a2a.models import Part
+from gateway.door.tasks import AgentFn, TaskRun, message_text
 from launcher.errors import LauncherError
 from launcher.spawn.env_names import TASK_ID_ENV
 
@@ -84,7 +84,7 @@ def _text(path: Path | None) -> str | None:
 
 
 class MemberCallsLike(Protocol):
-    """The calls of one running task (``gateway.call_member.MemberCalls``)."""
+    """The calls of one running task (``gateway.proxy.call_member.MemberCalls``)."""
 
     peers: tuple[str, ...]
     http: Any

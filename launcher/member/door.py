@@ -24,16 +24,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.agent_card import CardInfo, Skill
-from gateway.auth import AuthPolicy
-from gateway.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
-from gateway.egress import AllowList, check_callees, peers_environ
+from gateway.auth.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationVerifier
+from gateway.door.card import CardInfo, Skill
+from gateway.door.tasks import GateConfig, TaskRun
 from gateway.metrics import DoorMetrics
 from gateway.protocol import PEERS_ENV
-from gateway.tasks import GateConfig, TaskRun
-from gateway.tokens import FormationVerifier
-from gateway.trace_bus import TraceBus
-from gateway.trace_context import TaskSpans
+from gateway.proxy.egress import AllowList, check_callees, peers_environ
+from gateway.trace.bus import TraceBus
+from gateway.trace.context import TaskSpans
 from launcher.admission.manifest import Manifest
 from launcher.diagnostics import DiagnosticError
 from launcher.member.capsule import AgentEnvironment
@@ -45,7 +45,7 @@ from launcher.spawn.channel import DoorDirectory
 if TYPE_CHECKING:       # httpx and the proxy are imported when a task first calls out
     import httpx
 
-    from gateway.proxy import FormationTransport
+    from gateway.proxy.formation import FormationTransport
     from launcher.member.calls import TracedCalls
 
 # --------------------------------------------------------------------------- the door
@@ -229,7 +229,7 @@ def _inner_transport(calls_members: bool) -> httpx.AsyncBaseTransport:
     httpx's own for ``task.http`` alone, which keeps aiohttp's import off a member that
     never calls anyone. Made on the proxy's first request."""
     if calls_members:
-        from gateway.aiohttp_transport import default_inner_transport
+        from gateway.proxy.aiohttp_transport import default_inner_transport
 
         return default_inner_transport()
     import httpx

@@ -83,7 +83,7 @@ def connection_cap(wanted: int, soft_limit: int | None = None) -> int:
 def stream_room(cap: int) -> int:
     """How many live streams the door may hold with ``cap`` connections: all but an
     eighth (at least 8) kept for new requests, so a caller holding streams never takes
-    the last connection (gateway/streams.py makes room at that bound)."""
+    the last connection (gateway/door/streams.py makes room at that bound)."""
     return max(1, cap - max(8, cap // 8))
 
 

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.egress import answer_text
 from gateway.protocol import TaskState, state_word
+from gateway.proxy.egress import answer_text
 from launcher.diagnostics import Diagnostic, diagnostic
 from launcher.home.records import DISK_FULL_ERRNOS, write_problem
 

@@ -6,7 +6,7 @@ milliseconds of a member's start) and most agents never send a request. So, in o
 a listening socket on ``127.0.0.1`` and the proxy's secret are made now
 (:class:`ProxySlot`); the agent's environment names them; the first connection that
 arrives (it waits in the socket's backlog meanwhile) makes the runtime build the
-:class:`gateway.forward_proxy.ForwardProxy` and serve on that socket.
+:class:`gateway.proxy.forward.ForwardProxy` and serve on that socket.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from gateway.proxy_env import proxy_environment, proxy_url
+from gateway.proxy.env import proxy_environment, proxy_url
 
 if TYPE_CHECKING:
-    from gateway.forward_proxy import ForwardProxy
+    from gateway.proxy.forward import ForwardProxy
 
 #: Connections the kernel holds for the proxy before it serves.
 BACKLOG = 128

@@ -33,15 +33,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.auth import AuthPolicy
-from gateway.credentials import OperatorToken
-from gateway.door import Door, DoorSettings, build_door
-from gateway.jsonrpc import RpcError
+from gateway.a2a.jsonrpc import RpcError
+from gateway.auth.credentials import OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.door.app import Door, DoorSettings, build_door
+from gateway.door.streams import StreamLimits
 from gateway.metrics import DoorMetrics
 from gateway.protocol import TERMINAL_STATES, TaskState
-from gateway.streams import StreamLimits
-from gateway.trace_bus import TraceBus, TraceRecord
-from gateway.trace_context import Span
+from gateway.trace.bus import TraceBus, TraceRecord
+from gateway.trace.context import Span
 from launcher.admission.store import InstalledArtifact, unpack
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.errors import LauncherError
@@ -102,7 +102,7 @@ from launcher.spawn.process import (
 )
 
 if TYPE_CHECKING:  # imported when a member needs them: httpx and aiohttp cost a start CPU
-    from gateway.forward_proxy import ForwardProxy
+    from gateway.proxy.forward import ForwardProxy
     from launcher.member.confinement import AgentPlan
     from launcher.member.upstream import Upstream
 
@@ -199,7 +199,7 @@ class MemberSession:
         #: The trust class of each task the member holds (for the forward proxy).
         self._trusts: dict[str, str] = {}
         #: Each live task's span (its ``a2a_task_received`` record's), whose children
-        #: its calls are (gateway.trace_context).
+        #: its calls are (gateway.trace.context).
         self._spans: dict[str, Span] = {}
         self._span_export: SpanExport | None = None
         #: The door's metrics (GET /metrics), which the member's proxies count into too.
@@ -454,7 +454,7 @@ class MemberSession:
         return slot
 
     def _build_forward_proxy(self, secret: str) -> ForwardProxy:
-        from gateway.forward_proxy import ForwardProxy
+        from gateway.proxy.forward import ForwardProxy
 
         assert self._seam is not None
         return ForwardProxy(self._seam.transport, trust=self._live_trust, secret=secret,
@@ -539,7 +539,7 @@ class MemberSession:
     async def _start_gateway(self, records: SessionRecords) -> Door | None:
         """Start (or reach) the upstream, wait for its card, and build the relay door;
         None when the session is ended meanwhile (a signal, the lifeline)."""
-        from gateway.relay import build_gateway_door
+        from gateway.relay.tasks import build_gateway_door
         from launcher.member.upstream import (
             READY_SECONDS,
             Upstream,

@@ -9,7 +9,7 @@ the member says so once in its log and runs on. In this order:
    ``OTEL_EXPORTER_OTLP_*`` variables: endpoint, headers, timeout) behind a batching
    processor, and returns :class:`SpanExport`, a trace sink;
 2. the sink turns the member's own trace records into spans, with the ids the records
-   carry (gateway.trace_context), so the spans of every member join one trace:
+   carry (gateway.trace.context), so the spans of every member join one trace:
    ``a2a_task_received`` opens a task span (kind SERVER; its parent is the caller's call
    span), the task's terminal ``task_state`` ends and exports it; each ``member_call``
    is a call span (kind CLIENT, a child of the calling task's span) marking the moment

@@ -33,16 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.egress import peers_environ
 from gateway.protocol import HTTP_JSON_BINDING, PEERS_ENV
-from gateway.upstream import (
+from gateway.proxy.egress import peers_environ
+from gateway.relay.client import (
     UpstreamCardError,
     UpstreamClient,
     fetch_card,
     new_session,
     upstream_interface,
 )
-from gateway.upstream_rest import RestFraming
+from gateway.relay.rest_framing import RestFraming
 from launcher.admission.manifest import A2aAgent, UpstreamHeaderError
 from launcher.diagnostics import Diagnostic, DiagnosticError
 from launcher.member.outcome import (

@@ -30,13 +30,13 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from gateway.protocol import MEMBER_NAME_RE
-from gateway.tokens import (
+from gateway.auth.tokens import (
     FormationVerifier,
     InvalidToken,
     b64url_decode_canonical,
     b64url_encode,
 )
+from gateway.protocol import MEMBER_NAME_RE
 from launcher.diagnostics import DiagnosticError
 from launcher.errors import LauncherError
 from launcher.ids import is_formation_id
@@ -147,7 +147,7 @@ def _parse_first_line(line: bytes) -> dict[str, Any]:
 
 
 def _verifier(text: object, formation: str) -> FormationVerifier:
-    """The verifier of the line's key: the door's own (gateway.tokens), so the channel
+    """The verifier of the line's key: the door's own (gateway.auth.tokens), so the channel
     accepts exactly the tokens a door would."""
     problem = "`key` must be the 32-byte Ed25519 public key in unpadded base64url"
     if not isinstance(text, str):
@@ -377,7 +377,7 @@ def _is_door_url(url: object) -> bool:
 
 class DoorAddressMissing(LauncherError, TimeoutError):
     """No door URL is known for a callee, and none is coming in time. A TimeoutError,
-    as ``gateway.proxy.DoorDirectory``'s protocol expects of ``wait_for``."""
+    as ``gateway.proxy.formation.DoorDirectory``'s protocol expects of ``wait_for``."""
 
 
 class DoorDirectory:

@@ -1,4 +1,4 @@
-"""The A2A wire types (gateway.a2a) and the JSON-RPC framing (gateway.jsonrpc)."""
+"""The A2A wire types (gateway.a2a.models) and the JSON-RPC framing (gateway.a2a.jsonrpc)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gateway.a2a import (
-    AgentCard,
-    ListTasksRequest,
-    Message,
-    Part,
-    SendMessageRequest,
-    parse_task_state,
-)
-from gateway.jsonrpc import (
+from gateway.a2a.jsonrpc import (
     ERROR_BY_CODE,
     ERROR_TABLE,
     RequestError,
@@ -30,8 +22,16 @@ from gateway.jsonrpc import (
     parse_body,
     parse_request,
 )
+from gateway.a2a.models import (
+    AgentCard,
+    ListTasksRequest,
+    Message,
+    Part,
+    SendMessageRequest,
+    parse_task_state,
+)
+from gateway.door.jsonrpc_binding import sse_error, sse_result
 from gateway.protocol import TaskState, state_word
-from gateway.rpc import sse_error, sse_result
 
 # --- parts and messages ------------------------------------------------------------
 

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from gateway.auth import AuthPolicy
+from gateway.auth.credentials import DeclaredBearer
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationVerifier
 from gateway.caller import (
     CALLER_SCOPE_KEY,
     FORMATION_SCOPES,
@@ -18,8 +20,6 @@ from gateway.caller import (
     TASK_METHODS,
     Caller,
 )
-from gateway.credentials import DeclaredBearer
-from gateway.tokens import FormationVerifier
 from tests.support.auth import (
     CI_TOKEN,
     FORMATION,

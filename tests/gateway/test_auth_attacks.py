@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.auth import REFUSALS, DoorAuth
-from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken
-from gateway.tokens import FormationKey, FormationVerifier, b64url_encode
+from gateway.auth.credentials import DeclaredBearer, JwtIssuer, OperatorToken
+from gateway.auth.door_auth import REFUSALS, DoorAuth
+from gateway.auth.tokens import FormationKey, FormationVerifier, b64url_encode
 from tests.support.auth import (
     CI_TOKEN,
     FORMATION,
@@ -475,7 +475,7 @@ async def test_client_gone_while_the_body_is_read_gets_no_answer() -> None:
 async def test_crlf_and_ansi_in_the_path_never_reach_a_log_unescaped(
     path: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="gateway.auth")
+    caplog.set_level(logging.DEBUG, logger="gateway.auth.door_auth")
     door = make_door()
     for headers in ([], [(b"authorization", b"Bearer nope")],
                     [(b"authorization", b"Bearer " + mint(callee="reviewer").encode())]):
@@ -490,7 +490,7 @@ async def test_crlf_and_ansi_in_the_path_never_reach_a_log_unescaped(
 
 
 async def test_token_in_the_path_is_redacted_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="gateway.auth")
+    caplog.set_level(logging.DEBUG, logger="gateway.auth.door_auth")
     door = make_door()
     token = mint()
     async with door.client() as client:
@@ -508,7 +508,7 @@ async def test_token_in_the_path_is_redacted_in_the_log(caplog: pytest.LogCaptur
 async def test_exception_inside_verification_never_becomes_a_200(
     error: type[Exception], caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="gateway.auth")
+    caplog.set_level(logging.DEBUG, logger="gateway.auth.door_auth")
     door = make_door()
     token = mint()
     verifier = door.app.policy.verifier
@@ -528,7 +528,7 @@ async def test_exception_inside_verification_never_becomes_a_200(
 async def test_exception_in_any_credential_check_is_invalid_token(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="gateway.auth")
+    caplog.set_level(logging.DEBUG, logger="gateway.auth.door_auth")
 
     class BrokenOperator(OperatorToken):
         def matches(self, presented: str) -> bool:
@@ -579,7 +579,7 @@ async def test_no_token_in_any_response_header_log_or_app_view(
 async def test_refusals_are_logged_with_code_and_credential(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.auth")
+    caplog.set_level(logging.INFO, logger="gateway.auth.door_auth")
     door = make_door()
     await door.post(rpc("murmur.StopSession"), bearer_1_0(mint()))
     assert "403 insufficient_scope member:planner" in caplog.text
@@ -613,8 +613,8 @@ def test_door_auth_is_pure_asgi() -> None:
 
 
 async def test_a_public_name_with_a_port_that_is_not_a_number_is_refused_421() -> None:
-    from gateway.auth import AuthPolicy
-    from gateway.door import DoorSettings, build_door
+    from gateway.auth.door_auth import AuthPolicy
+    from gateway.door.app import DoorSettings, build_door
     from tests.support.door import card_info
 
     async def agent(task: Any) -> str:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-import gateway.auth
-from gateway.auth import DoorAuth
-from gateway.credentials import JwtIssuer, OperatorToken
-from gateway.tokens import FormationVerifier
+import gateway.auth.door_auth
+from gateway.auth.credentials import JwtIssuer, OperatorToken
+from gateway.auth.door_auth import DoorAuth
+from gateway.auth.tokens import FormationVerifier
 from tests.support.auth import (
     CI_TOKEN,
     KEY,
@@ -134,7 +134,7 @@ async def test_a_door_in_no_formation_remembers_nothing() -> None:
 async def test_memory_of_tokens_is_bounded_and_drops_the_oldest_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gateway.auth, "_ADMITTED_LIMIT", 3)
+    monkeypatch.setattr(gateway.auth.door_auth, "_ADMITTED_LIMIT", 3)
     door = make_door()
     tokens = [mint(caller=f"member-{i}") for i in range(5)]
     for token in tokens:

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.door import Door, DoorSettings, build_door
-from gateway.tasks import GateConfig
+from gateway.door.app import Door, DoorSettings, build_door
+from gateway.door.tasks import GateConfig
 from tests.support.bindings import (
     BINDINGS,
     Agent,

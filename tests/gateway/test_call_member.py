@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.call_member import (
+from gateway.proxy.call_member import (
     PEERS_ENV,
     Backoff,
     CallFailed,
@@ -21,7 +21,7 @@ from gateway.call_member import (
     fence_answer,
     peers_environ,
 )
-from gateway.proxy import FormationRefused, FormationTransport
+from gateway.proxy.formation import FormationRefused, FormationTransport
 from tests.support.proxy_fakes import (
     Doors,
     FakeDoor,

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from gateway.agent_card import CardInfo
-from gateway.auth import AuthPolicy
-from gateway.call_member import CallFailed, MemberCalls
-from gateway.door import Door, DoorSettings, build_door
-from gateway.proxy import FormationClient, FormationTransport
-from gateway.tasks import GateConfig
-from gateway.tokens import FormationKey, FormationVerifier
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationKey, FormationVerifier
+from gateway.door.app import Door, DoorSettings, build_door
+from gateway.door.card import CardInfo
+from gateway.door.tasks import GateConfig
+from gateway.proxy.call_member import CallFailed, MemberCalls
+from gateway.proxy.formation import FormationClient, FormationTransport
 from tests.support.proxy_fakes import Doors, FakeNet
 
 FORMATION = "frm_0190a1b2c3d47e5f8a9b0c1d2e3f4a5b"

@@ -1,4 +1,4 @@
-"""CORS at a door (gateway/cors.py): off by default; for the manifest's origins a
+"""CORS at a door (gateway/auth/cors.py): off by default; for the manifest's origins a
 preflight is answered without a credential, and nothing else is."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from gateway.auth import AuthPolicy
-from gateway.credentials import OperatorToken
-from gateway.door import Door, DoorSettings, build_door
-from gateway.tasks import TaskRun
+from gateway.auth.credentials import OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.door.app import Door, DoorSettings, build_door
+from gateway.door.tasks import TaskRun
 from tests.support.door import BASE_URL, card_info
 
 PAGE = "http://127.0.0.1:5000"

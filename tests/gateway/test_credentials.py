@@ -13,14 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
-from gateway.caller import (
-    FORMATION_SCOPES,
-    OPERATOR_METHODS,
-    PUBLIC_CALLER,
-    TASK_METHODS,
-    Credential,
-)
-from gateway.credentials import (
+from gateway.auth.credentials import (
     MAX_JWT_SUBJECT_CHARS,
     OPERATOR_CREDENTIAL,
     CredentialError,
@@ -30,7 +23,14 @@ from gateway.credentials import (
     OperatorToken,
     member_credential,
 )
-from gateway.tokens import InvalidToken, b64url_decode_canonical
+from gateway.auth.tokens import InvalidToken, b64url_decode_canonical
+from gateway.caller import (
+    FORMATION_SCOPES,
+    OPERATOR_METHODS,
+    PUBLIC_CALLER,
+    TASK_METHODS,
+    Credential,
+)
 
 ISSUER = "https://id.example"
 AUDIENCE = "coder"
@@ -54,7 +54,7 @@ def test_operator_token_matches_only_itself() -> None:
 
 
 def test_operator_token_compares_with_hmac_compare_digest(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.credentials as credentials
+    import gateway.auth.credentials as credentials
 
     calls: list[tuple[bytes, bytes]] = []
     real = credentials.hmac.compare_digest

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.auth import AuthPolicy
-from gateway.door import DoorSettings, build_door
-from gateway.jsonrpc import RpcError
-from gateway.tasks import GateConfig, TaskRun
+from gateway.a2a.jsonrpc import RpcError
+from gateway.auth.door_auth import AuthPolicy
+from gateway.door.app import DoorSettings, build_door
+from gateway.door.tasks import GateConfig, TaskRun
 from tests.support.door import (
     BASE_URL,
     card_info,

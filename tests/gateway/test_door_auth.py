@@ -13,12 +13,12 @@ import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import ListTasksRequest, Message, Part, Role, SendMessageRequest, TaskState
 
-from gateway.auth import AuthPolicy
-from gateway.credentials import DeclaredBearer, OperatorToken
-from gateway.door import Door, DoorSettings, build_door
-from gateway.tasks import GateConfig, TaskRun
-from gateway.tokens import FormationKey, FormationVerifier
-from gateway.trace_bus import TraceBus
+from gateway.auth.credentials import DeclaredBearer, OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationKey, FormationVerifier
+from gateway.door.app import Door, DoorSettings, build_door
+from gateway.door.tasks import GateConfig, TaskRun
+from gateway.trace.bus import TraceBus
 from tests.support.door import A2A_HEADERS, BASE_URL, card_info, send_params, serve
 
 FORMATION = "frm_" + uuid.uuid4().hex

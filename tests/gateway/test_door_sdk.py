@@ -34,8 +34,8 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from gateway.door import Door
-from gateway.tasks import GateConfig, TaskRun
+from gateway.door.app import Door
+from gateway.door.tasks import GateConfig, TaskRun
 from tests.support.door import A2A_HEADERS, make_door, send_params, serve, sse_results
 
 

@@ -1,4 +1,4 @@
-"""gateway.trace_bus: records, sinks, the backlog and live subscriptions."""
+"""gateway.trace.bus: records, sinks, the backlog and live subscriptions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.trace_bus import TraceBus
+from gateway.trace.bus import TraceBus
 
 
 def test_a_record_has_ts_and_event_then_the_fields() -> None:

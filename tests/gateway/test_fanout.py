@@ -1,4 +1,4 @@
-"""gateway.fanout: one upstream stream shared by every subscriber of a task."""
+"""gateway.relay.fanout: one upstream stream shared by every subscriber of a task."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.fanout import Fanout
+from gateway.relay.fanout import Fanout
 
 
 class Upstream:

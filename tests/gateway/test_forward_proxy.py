@@ -30,13 +30,13 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.aiohttp_transport import default_inner_transport
-from gateway.auth import AuthPolicy, DoorAuth
+from gateway.auth.door_auth import AuthPolicy, DoorAuth
+from gateway.auth.tokens import FormationVerifier
 from gateway.caller import CALLER_SCOPE_KEY
-from gateway.forward_proxy import PROXY_AUTHENTICATE, ForwardProxy, ProxyLimits, parse_head
-from gateway.proxy import FormationRefused, FormationTransport
-from gateway.proxy_env import PROXY_VARIABLES, proxy_environment
-from gateway.tokens import FormationVerifier
+from gateway.proxy.aiohttp_transport import default_inner_transport
+from gateway.proxy.env import PROXY_VARIABLES, proxy_environment
+from gateway.proxy.formation import FormationRefused, FormationTransport
+from gateway.proxy.forward import PROXY_AUTHENTICATE, ForwardProxy, ProxyLimits, parse_head
 from tests.support.auth import FORMATION, KEY, mint
 from tests.support.proxy_fakes import Doors
 

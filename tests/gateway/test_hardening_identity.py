@@ -26,14 +26,14 @@ import httpx
 import jwt
 import pytest
 
-from gateway.aiohttp_transport import AiohttpTransport
-from gateway.auth import AuthPolicy
-from gateway.call_member import CallFailed, MemberCalls
-from gateway.credentials import DeclaredBearer
-from gateway.door import Door, DoorSettings, build_door
-from gateway.proxy import FormationClient, FormationTransport
-from gateway.tasks import GateConfig, TaskRun, message_text
-from gateway.trace_bus import TraceBus
+from gateway.auth.credentials import DeclaredBearer
+from gateway.auth.door_auth import AuthPolicy
+from gateway.door.app import Door, DoorSettings, build_door
+from gateway.door.tasks import GateConfig, TaskRun, message_text
+from gateway.proxy.aiohttp_transport import AiohttpTransport
+from gateway.proxy.call_member import CallFailed, MemberCalls
+from gateway.proxy.formation import FormationClient, FormationTransport
+from gateway.trace.bus import TraceBus
 from launcher.member.calls import formation_transport, task_calls
 from launcher.member.capsule import AgentEnvironment, TaskContext, python_agent
 from tests.support.auth import JWT_KEY, assert_invalid_token, jwt_issuer

@@ -22,17 +22,17 @@ from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gateway.rpc
-from gateway.a2a import IDENTIFIER_LIMIT, JSON_DEPTH_LIMIT, ListTasksRequest, TaskStatus
-from gateway.auth import AuthPolicy
+import gateway.door.jsonrpc_binding
+from gateway.a2a.jsonrpc import dumps
+from gateway.a2a.models import IDENTIFIER_LIMIT, JSON_DEPTH_LIMIT, ListTasksRequest, TaskStatus
+from gateway.auth.credentials import DeclaredBearer, OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationVerifier
 from gateway.caller import CALLER_SCOPE_KEY
-from gateway.credentials import DeclaredBearer, OperatorToken
-from gateway.door import Door, DoorSettings, build_door
-from gateway.jsonrpc import dumps
-from gateway.rpc import SSE_KEEPALIVE_SECONDS, RpcEndpoint, sse_result
-from gateway.tasks import GateConfig, TaskRun
-from gateway.tokens import FormationVerifier
-from gateway.trace_bus import TRACE_STRING_LIMIT, TRACE_VALUE_LIMIT, TraceBus
+from gateway.door.app import Door, DoorSettings, build_door
+from gateway.door.jsonrpc_binding import SSE_KEEPALIVE_SECONDS, RpcEndpoint, sse_result
+from gateway.door.tasks import GateConfig, TaskRun
+from gateway.trace.bus import TRACE_STRING_LIMIT, TRACE_VALUE_LIMIT, TraceBus
 from tests.support.auth import FORMATION, KEY, mint
 from tests.support.door import (
     A2A_HEADERS,
@@ -580,7 +580,7 @@ def test_the_default_keep_alive_is_well_under_a2a_sdks_five_second_timeout() -> 
 
 async def test_a2a_sdk_client_with_a_short_read_timeout_survives_an_idle_stream(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway.rpc, "SSE_KEEPALIVE_SECONDS", 0.05)
+    monkeypatch.setattr(gateway.door.jsonrpc_binding, "SSE_KEEPALIVE_SECONDS", 0.05)
     agent = Held()
     door = make_door(agent)
     async with serve(door.app) as url:

@@ -21,14 +21,14 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.tasks import (
+from gateway.door.tasks import (
     DEFAULT_MAX_FINISHED_BYTES,
     GateConfig,
     TaskRun,
     TaskStore,
     json_weight,
 )
-from gateway.trace_bus import TraceBus
+from gateway.trace.bus import TraceBus
 from tests.support.door import (
     OPERATOR,
     client_for,

@@ -9,13 +9,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.agent_card import CardInfo
-from gateway.auth import AuthPolicy
-from gateway.credentials import DeclaredBearer, OperatorToken
-from gateway.door import DoorSettings, build_door
+from gateway.auth.credentials import DeclaredBearer, OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationVerifier
+from gateway.door.app import DoorSettings, build_door
+from gateway.door.card import CardInfo
+from gateway.door.tasks import GateConfig, TaskRun
 from gateway.metrics import DoorMetrics
-from gateway.tasks import GateConfig, TaskRun
-from gateway.tokens import FormationVerifier
 from tests.support.auth import CI_TOKEN, FORMATION, KEY, bearer, mint
 
 SCRAPER_TOKEN = "scraper-token-0123456789abcdef-012345"

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.proxy import (
+from gateway.proxy.formation import (
     AllowList,
     DoorUnavailable,
     EgressRefused,

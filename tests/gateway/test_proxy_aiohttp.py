@@ -18,9 +18,9 @@ import uvicorn
 
 pytest.importorskip("aiohttp")
 
-from gateway.aiohttp_transport import AiohttpTransport, default_inner_transport  # noqa: E402
-from gateway.call_member import MemberCalls  # noqa: E402
-from gateway.proxy import FormationClient, FormationTransport  # noqa: E402
+from gateway.proxy.aiohttp_transport import AiohttpTransport, default_inner_transport  # noqa: E402
+from gateway.proxy.call_member import MemberCalls  # noqa: E402
+from gateway.proxy.formation import FormationClient, FormationTransport  # noqa: E402
 from tests.support.proxy_fakes import Doors, FakeDoor  # noqa: E402
 
 Scope = dict[str, Any]

@@ -8,7 +8,7 @@ import asyncio
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.proxy import FormationClient, FormationRefused, FormationTransport
+from gateway.proxy.formation import FormationClient, FormationRefused, FormationTransport
 from tests.support.proxy_fakes import Doors, FakeDoor, FakeNet
 
 CANONICAL = "http://coder.formation.invalid/"

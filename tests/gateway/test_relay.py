@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from gateway.door import build_door
-from gateway.tasks import GateConfig, TaskRun
+from gateway.door.app import build_door
+from gateway.door.tasks import GateConfig, TaskRun
 from tests.support.auth import assert_invalid_token
 from tests.support.door import A2A_HEADERS, BASE_URL, send_params
 from tests.support.upstream import (

@@ -12,13 +12,13 @@ from typing import Any
 
 import httpx
 
-from gateway.door import DoorSettings
+from gateway.door.app import DoorSettings
+from gateway.door.streams import PER_TASK
+from gateway.door.tasks import GateConfig
 from gateway.http_io import read_body
-from gateway.relay import RelayTasks, build_gateway_door
-from gateway.streams import PER_TASK
-from gateway.tasks import GateConfig
-from gateway.trace_bus import TraceBus
-from gateway.upstream import UpstreamClient
+from gateway.relay.client import UpstreamClient
+from gateway.relay.tasks import RelayTasks, build_gateway_door
+from gateway.trace.bus import TraceBus
 from tests.support.door import card_info, send_params, serve
 from tests.support.upstream import gateway_member
 

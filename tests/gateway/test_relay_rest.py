@@ -1,5 +1,5 @@
 """A gateway member whose upstream serves only the HTTP+JSON binding (a2a-sdk's REST
-server): the door speaks REST to it (gateway/upstream_rest.py) and still offers both
+server): the door speaks REST to it (gateway/relay/rest_framing.py) and still offers both
 bindings to its callers, with every guarantee of the relay (ownership, errors passed
 through by their ErrorInfo reason, streams)."""
 
@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.jsonrpc import ERROR_INFO_TYPE
-from gateway.upstream import UpstreamCardError, upstream_interface
-from gateway.upstream_rest import RestFraming
+from gateway.a2a.jsonrpc import ERROR_INFO_TYPE
+from gateway.relay.client import UpstreamCardError, upstream_interface
+from gateway.relay.rest_framing import RestFraming
 from tests.support.door import send_params
 from tests.support.upstream import gateway_member
 

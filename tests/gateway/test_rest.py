@@ -1,9 +1,9 @@
-"""The door's HTTP+JSON binding on its own terms (gateway/rest.py, docs/bindings.md): the
-google.rpc.Status of each error row and its HTTP status, Retry-After, 405 with Allow, 404,
-the tenant prefix, the query, the Content-Type rules (and the cross-site POST they stop),
-the body bound, SSE framing, and DoorAuth in front of it: every refusal in its order, the
-credential kept from the app, the public card. The behaviour both bindings share is in
-test_bindings.py."""
+"""The door's HTTP+JSON binding on its own terms (gateway/door/rest_binding.py,
+docs/bindings.md): the google.rpc.Status of each error row and its HTTP status,
+Retry-After, 405 with Allow, 404, the tenant prefix, the query, the Content-Type rules (and the
+cross-site POST they stop), the body bound, SSE framing, and DoorAuth in front of it:
+every refusal in its order, the credential kept from the app, the public card. The
+behaviour both bindings share is in test_bindings.py."""
 
 from __future__ import annotations
 
@@ -15,20 +15,20 @@ from typing import Any
 import httpx
 import pytest
 
-import gateway.rpc
-from gateway.a2a import ListTasksRequest
-from gateway.auth import AuthPolicy, DoorAuth
-from gateway.caller import CALLER_SCOPE_KEY, REST_SCOPE_KEY
-from gateway.door import OPERATOR_CALLER, Door, DoorSettings, build_door
-from gateway.jsonrpc import (
+import gateway.door.jsonrpc_binding
+from gateway.a2a.jsonrpc import (
     BAD_REQUEST_TYPE,
     ERROR_INFO_TYPE,
     ERROR_TABLE,
     RETRY_INFO_TYPE,
     RpcError,
 )
-from gateway.rpc import RpcEndpoint
-from gateway.tasks import GateConfig
+from gateway.a2a.models import ListTasksRequest
+from gateway.auth.door_auth import AuthPolicy, DoorAuth
+from gateway.caller import CALLER_SCOPE_KEY, REST_SCOPE_KEY
+from gateway.door.app import OPERATOR_CALLER, Door, DoorSettings, build_door
+from gateway.door.jsonrpc_binding import RpcEndpoint
+from gateway.door.tasks import GateConfig
 from gateway.types import Message
 from tests.support.bindings import (
     Agent,
@@ -605,7 +605,7 @@ async def test_a_stream_sends_each_stream_response_bare() -> None:
 
 async def test_an_idle_stream_gets_keep_alive_comments_between_its_events(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway.rpc, "SSE_KEEPALIVE_SECONDS", 0.02)
+    monkeypatch.setattr(gateway.door.jsonrpc_binding, "SSE_KEEPALIVE_SECONDS", 0.02)
     door, agent = public_door()
     async with client_for(door.app) as client:
         task_id = await start(client, "hold", immediately=True)

@@ -1,4 +1,4 @@
-"""gateway.streams: the bounds on live streams, in the book and at a real door (uvicorn on
+"""gateway.door.streams: the bounds on live streams, in the book and at a real door (uvicorn on
 127.0.0.1:0), on both bindings; each attack named by what it tries."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.jsonrpc import RpcError
-from gateway.streams import StreamBook, StreamLimits
-from gateway.tasks import GateConfig
+from gateway.a2a.jsonrpc import RpcError
+from gateway.door.streams import StreamBook, StreamLimits
+from gateway.door.tasks import GateConfig
 from tests.support.door import make_door, rpc, send_params, serve, shimmed
 
 # ------------------------------------------------------------------ the book

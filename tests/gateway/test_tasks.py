@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from gateway.a2a import ListTasksRequest
-from gateway.jsonrpc import RpcError
+from gateway.a2a.jsonrpc import RpcError
+from gateway.a2a.models import ListTasksRequest
+from gateway.door.tasks import GateConfig, TaskEndedError, TaskRun, TaskStore
 from gateway.protocol import TaskState
-from gateway.tasks import GateConfig, TaskEndedError, TaskRun, TaskStore
-from gateway.trace_bus import TraceBus
+from gateway.trace.bus import TraceBus
 from tests.support.door import OPERATOR, bearer, member, user_message
 
 PLANNER = member("planner")

@@ -18,9 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import tokens
-from gateway.protocol import MEMBER_NAME_RE
-from gateway.tokens import (
+from gateway.auth import tokens
+from gateway.auth.tokens import (
     MAX_TOKEN_BYTES,
     Claims,
     FormationKey,
@@ -29,6 +28,7 @@ from gateway.tokens import (
     b64url_decode_canonical,
     b64url_encode,
 )
+from gateway.protocol import MEMBER_NAME_RE
 
 FORMATION = "frm_0190c0de00007000800000000000beef"
 OTHER_FORMATION = "frm_0190c0de00007000800000000000cafe"

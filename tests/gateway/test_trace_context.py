@@ -1,4 +1,4 @@
-"""gateway.trace_context: the W3C ``traceparent`` a door reads and records on
+"""gateway.trace.context: the W3C ``traceparent`` a door reads and records on
 ``a2a_task_received``, in both bindings, in-process."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.agent_card import CardInfo
-from gateway.door import DoorSettings, build_door
-from gateway.tasks import GateConfig, TaskRun
-from gateway.trace_bus import TraceBus
-from gateway.trace_context import Span, call_span, parse_traceparent, task_span, traceparent
+from gateway.door.app import DoorSettings, build_door
+from gateway.door.card import CardInfo
+from gateway.door.tasks import GateConfig, TaskRun
+from gateway.trace.bus import TraceBus
+from gateway.trace.context import Span, call_span, parse_traceparent, task_span, traceparent
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from gateway.auth import AuthPolicy
-from gateway.credentials import DeclaredBearer, OperatorToken
-from gateway.door import DoorSettings, build_door
-from gateway.tasks import TaskRun
+from gateway.auth.credentials import DeclaredBearer, OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.door.app import DoorSettings, build_door
+from gateway.door.tasks import TaskRun
 from tests.support.door import card_info, serve
 
 pytestmark = pytest.mark.integration

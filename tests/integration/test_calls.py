@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 import pytest
 
-from gateway.proxy import FormationRefused
+from gateway.proxy.formation import FormationRefused
 from launcher.home import records
 from tests.support.calls import (
     BEARER_ENV,

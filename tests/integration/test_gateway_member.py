@@ -45,7 +45,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 
-from gateway.tokens import FormationKey
+from gateway.auth.tokens import FormationKey
 from tests.support import member as support
 from tests.support import third_party
 from tests.support.gateway_capsules import first_child, js_capsule, sdk_capsule

@@ -49,7 +49,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
-from gateway.door import OPERATOR_CALLER
+from gateway.door.app import OPERATOR_CALLER
 from gateway.protocol import SESSION_EXTENSION_URI
 from tests.support import third_party
 from tests.support.rest_clients import WHO, ServedDoor, run_js_client, served_door

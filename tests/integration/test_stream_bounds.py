@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.streams import PER_OWNER, PER_TASK
+from gateway.door.streams import PER_OWNER, PER_TASK
 from tests.support import member as support
 from tests.support.member import Member, Project
 

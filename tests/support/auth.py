@@ -14,10 +14,10 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from jwt.algorithms import OKPAlgorithm
 
-from gateway.auth import AuthPolicy, DoorAuth
+from gateway.auth.credentials import DeclaredBearer, JwtIssuer, OperatorToken
+from gateway.auth.door_auth import AuthPolicy, DoorAuth
+from gateway.auth.tokens import FormationKey, FormationVerifier
 from gateway.caller import CALLER_SCOPE_KEY, PUBLIC_CALLER, RPC_SCOPE_KEY
-from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken
-from gateway.tokens import FormationKey, FormationVerifier
 
 FORMATION = "frm_0190c0de00007000800000000000beef"
 OTHER_FORMATION = "frm_0190c0de00007000800000000000cafe"

@@ -24,13 +24,13 @@ from urllib.parse import urlencode
 
 import httpx
 
-from gateway.auth import AuthPolicy
-from gateway.credentials import DeclaredBearer, OperatorToken
-from gateway.door import OPERATOR_CALLER, Door, DoorSettings, build_door
-from gateway.jsonrpc import ERROR_BY_REASON, ERROR_INFO_TYPE
+from gateway.a2a.jsonrpc import ERROR_BY_REASON, ERROR_INFO_TYPE
+from gateway.auth.credentials import DeclaredBearer, OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationVerifier
+from gateway.door.app import OPERATOR_CALLER, Door, DoorSettings, build_door
+from gateway.door.tasks import GateConfig, TaskRun, message_text
 from gateway.protocol import TERMINAL_STATES
-from gateway.tasks import GateConfig, TaskRun, message_text
-from gateway.tokens import FormationVerifier
 from tests.support.auth import CI_TOKEN, FORMATION, KEY, mint
 from tests.support.door import BASE_URL, card_info
 

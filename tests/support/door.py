@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import uvicorn
 
-from gateway.agent_card import CardInfo, Skill
 from gateway.caller import (
     CALLER_SCOPE_KEY,
     FORMATION_SCOPES,
@@ -21,8 +20,9 @@ from gateway.caller import (
     Caller,
     Credential,
 )
-from gateway.door import Door, DoorSettings, build_door
-from gateway.tasks import AgentFn, GateConfig
+from gateway.door.app import Door, DoorSettings, build_door
+from gateway.door.card import CardInfo, Skill
+from gateway.door.tasks import AgentFn, GateConfig
 
 BASE_URL = "http://127.0.0.1:8000"
 A2A_HEADERS = {"A2A-Version": "1.0"}

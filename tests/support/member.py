@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from gateway.tokens import FormationKey
+from gateway.auth.tokens import FormationKey
 from launcher.admission.store import install, pack
 from launcher.home.trace import read_trace
 from launcher.ids import new_formation_id

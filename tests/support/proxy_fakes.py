@@ -88,7 +88,7 @@ class FakeDoor:
     """An A2A door: SendMessage (returnImmediately), GetTask, CancelTask, SubscribeToTask.
 
     ``holds`` is concurrency + queue_depth (``None``: unlimited); past it SendMessage is
-    ``-32050`` with ``retryAfterMs`` in a google.rpc.ErrorInfo, as gateway.jsonrpc sends.
+    ``-32050`` with ``retryAfterMs`` in a google.rpc.ErrorInfo, as gateway.a2a.jsonrpc sends.
     ``subscribe`` is ``sse`` (a real event stream), ``error`` (a JSON-RPC error) or
     ``broken`` (HTTP 500) or ``truncated`` (the task, then the end of the stream).
     ``http_status`` answers every request with that status and a door error body;

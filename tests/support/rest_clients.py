@@ -13,12 +13,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.auth import AuthPolicy
+from gateway.auth.credentials import DeclaredBearer, OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationVerifier
 from gateway.caller import TASK_METHODS
-from gateway.credentials import DeclaredBearer, OperatorToken
-from gateway.door import Door, DoorSettings, build_door
-from gateway.tasks import GateConfig, TaskRun
-from gateway.tokens import FormationVerifier
+from gateway.door.app import Door, DoorSettings, build_door
+from gateway.door.tasks import GateConfig, TaskRun
 from tests.support.auth import CI_TOKEN, FORMATION, KEY, mint
 from tests.support.door import card_info, serve
 from tests.support.third_party import JS_AGENT_DIR

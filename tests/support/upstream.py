@@ -55,15 +55,15 @@ from a2a.types.a2a_pb2 import (
 )
 from starlette.applications import Starlette
 
-from gateway.auth import AuthPolicy
-from gateway.credentials import OperatorToken
-from gateway.door import Door, DoorSettings
-from gateway.relay import RelayTasks, build_gateway_door
-from gateway.tasks import GateConfig
-from gateway.tokens import FormationKey, FormationVerifier
-from gateway.trace_bus import TraceBus
-from gateway.upstream import UpstreamClient, fetch_card, new_session, upstream_interface
-from gateway.upstream_rest import RestFraming
+from gateway.auth.credentials import OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationKey, FormationVerifier
+from gateway.door.app import Door, DoorSettings
+from gateway.door.tasks import GateConfig
+from gateway.relay.client import UpstreamClient, fetch_card, new_session, upstream_interface
+from gateway.relay.rest_framing import RestFraming
+from gateway.relay.tasks import RelayTasks, build_gateway_door
+from gateway.trace.bus import TraceBus
 from tests.support.door import A2A_HEADERS, BASE_URL, card_info
 
 CHUNK_INTERVAL_S = 0.3

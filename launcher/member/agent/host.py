@@ -371,7 +371,7 @@ def rebuild_error(error: dict[str, Any]) -> BaseException:
     """The exception the runtime raised, as agent code would have seen it in-process."""
     kind, text = str(error.get("type", "RuntimeError")), str(error.get("message", ""))
     if kind == "CallFailed":
-        from gateway.call_member import CallFailed
+        from gateway.proxy.call_member import CallFailed
 
         return CallFailed(str(error.get("member", "")), str(error.get("state", "error")),
                           str(error.get("detail", "")))

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from gateway.proxy import (
+from gateway.proxy.formation import (
     DoorUnavailable,
     EgressRefused,
     FormationClient,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth import AuthPolicy
-from gateway.credentials import OperatorToken
+from gateway.auth.credentials import OperatorToken
+from gateway.auth.door_auth import AuthPolicy
 from launcher.admission.manifest import parse_manifest
 from launcher.diagnostics import DiagnosticError
 from launcher.member.door import auth_policy

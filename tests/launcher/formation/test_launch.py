@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.tokens import FormationKey
+from gateway.auth.tokens import FormationKey
 from launcher.admission.roster import admit
 from launcher.admission.store import install, pack
 from launcher.durations import format_deadline, parse_deadline
@@ -138,7 +138,7 @@ def test_the_card_must_name_the_reported_session() -> None:
 
 
 def test_the_session_extension_is_the_one_the_door_serves() -> None:
-    from gateway.agent_card import CardInfo, build_card
+    from gateway.door.card import CardInfo, build_card
 
     served = build_card(CardInfo(name="coder", description="", version="1",
                                  member="coder", session_id=SESSION), authenticated=True)

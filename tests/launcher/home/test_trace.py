@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tokens import FormationKey
+from gateway.auth.tokens import FormationKey
 from launcher.home import records
 from launcher.home.trace import (
     TraceWriter,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gateway.door import DoorSettings, build_door
-from gateway.tasks import GateConfig
+from gateway.door.app import DoorSettings, build_door
+from gateway.door.tasks import GateConfig
 from launcher.member.capsule import AgentEnvironment, python_agent
 from tests.support.door import card_info, client_for, rpc, send_params, shimmed
 

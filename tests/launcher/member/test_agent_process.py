@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from gateway.door.tasks import GateConfig, TaskRecord, TaskStore
 from gateway.protocol import TaskState
-from gateway.tasks import GateConfig, TaskRecord, TaskStore
-from gateway.trace_bus import TraceBus
+from gateway.trace.bus import TraceBus
 from launcher.member.agent.protocol import VERSION, encode
 from launcher.member.agent_process import AgentProcess, AgentStartFailed, spawn_agent
 from tests.support.door import OPERATOR, user_message

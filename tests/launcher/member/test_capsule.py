@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from gateway.door.tasks import AgentFn, GateConfig, TaskRecord, TaskRun, TaskStore
 from gateway.protocol import TaskState
-from gateway.tasks import AgentFn, GateConfig, TaskRecord, TaskRun, TaskStore
-from gateway.trace_bus import TraceBus
+from gateway.trace.bus import TraceBus
 from launcher.member.capsule import (
     AgentEnvironment,
     CapsuleError,
@@ -281,7 +281,7 @@ async def test_reject_and_reply_through_the_context() -> None:
 
 
 class FakeCalls:
-    """Stands in for gateway.call_member.MemberCalls."""
+    """Stands in for gateway.proxy.call_member.MemberCalls."""
 
     def __init__(self, peers: Iterable[str]) -> None:
         self.peers = tuple(peers)

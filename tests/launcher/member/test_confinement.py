@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 
-from gateway.forward_proxy import ForwardProxy
-from gateway.proxy import FormationTransport
-from gateway.proxy_env import PROXY_VARIABLES
+from gateway.proxy.env import PROXY_VARIABLES
+from gateway.proxy.formation import FormationTransport
+from gateway.proxy.forward import ForwardProxy
 from launcher.member.confinement import agent_plan, python_paths
 from launcher.member.proxy_slot import ProxySlot
 

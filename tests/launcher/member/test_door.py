@@ -11,16 +11,16 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.agent_card import CardInfo
-from gateway.auth import AuthPolicy
-from gateway.call_member import CallFailed
+from gateway.auth.credentials import OPERATOR_CREDENTIAL, OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.tokens import FormationKey, FormationVerifier
 from gateway.caller import Caller
-from gateway.credentials import OPERATOR_CREDENTIAL, OperatorToken
-from gateway.door import DoorSettings, build_door
-from gateway.tasks import GateConfig, TaskRun
-from gateway.tokens import FormationKey, FormationVerifier
-from gateway.trace_bus import TraceBus
-from gateway.trace_context import Span
+from gateway.door.app import DoorSettings, build_door
+from gateway.door.card import CardInfo
+from gateway.door.tasks import GateConfig, TaskRun
+from gateway.proxy.call_member import CallFailed
+from gateway.trace.bus import TraceBus
+from gateway.trace.context import Span
 from launcher.admission.manifest import parse_manifest
 from launcher.diagnostics import DiagnosticError
 from launcher.ids import new_formation_id

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.tokens import FormationKey
+from gateway.auth.tokens import FormationKey
 from launcher.ids import new_formation_id, new_session_id
 from launcher.member.place import close_place, forget_descriptors, read_place
 from launcher.spawn.channel import ChannelRefused, encode_credentials

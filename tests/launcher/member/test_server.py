@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.auth import AuthPolicy
-from gateway.door import DoorSettings, build_door
-from gateway.tasks import TaskRun
+from gateway.auth.door_auth import AuthPolicy
+from gateway.door.app import DoorSettings, build_door
+from gateway.door.tasks import TaskRun
 from launcher.member.http_limits import DoorLimits, accept_batch, connection_cap
 from launcher.member.log_limits import ACCEPT_ERROR, RateLimit
 from launcher.member.server import DoorServer

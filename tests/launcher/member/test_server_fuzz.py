@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.auth import AuthPolicy
-from gateway.credentials import OperatorToken
-from gateway.door import DoorSettings, build_door
-from gateway.tasks import TaskRun
+from gateway.auth.credentials import OperatorToken
+from gateway.auth.door_auth import AuthPolicy
+from gateway.door.app import DoorSettings, build_door
+from gateway.door.tasks import TaskRun
 from launcher.member.http_limits import DoorLimits
 from launcher.member.server import DoorServer
 from tests.support.door import card_info

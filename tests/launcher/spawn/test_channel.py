@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tokens import FormationKey, b64url_encode
+from gateway.auth.tokens import FormationKey, b64url_encode
 from launcher.diagnostics import DiagnosticError
 from launcher.ids import new_formation_id
 from launcher.spawn.channel import (

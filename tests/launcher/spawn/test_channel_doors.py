@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tokens import FormationKey
+from gateway.auth.tokens import FormationKey
 from launcher.ids import new_formation_id
 from launcher.spawn.channel import (
     ChannelWriter,

@@ -3,7 +3,7 @@ endpoint, run by the same handlers, in another framing.
 
 A request is judged in this order, the first failure answering (docs/bindings.md):
 
-1. the route: the verb and path name a method (:func:`gateway.rest_routes.match_rest`,
+1. the route: the verb and path name a method (:func:`gateway.a2a.rest_routes.match_rest`,
    the match DoorAuth made when there is one); a path of the binding with another verb
    is ``405`` with ``Allow``, any other path the door's ``404``;
 2. the ``Content-Type``: a POST that announces a body, names a content type, or comes
@@ -22,7 +22,7 @@ A request is judged in this order, the first failure answering (docs/bindings.md
 A unary answer is ``200`` with the method's result as the body; a stream is Server-Sent
 Events whose ``data`` is each ``StreamResponse`` (keep-alive comments as on JSON-RPC).
 Every error is a ``google.rpc.Status`` with the ErrorInfo of the JSON-RPC table and that
-row's HTTP status (:meth:`gateway.jsonrpc.RpcError.status_object`); a stream that fails
+row's HTTP status (:meth:`gateway.a2a.jsonrpc.RpcError.status_object`); a stream that fails
 once open ends with an ``event: error`` carrying the same document. A busy member's
 ``503`` also says ``Retry-After`` (whole seconds, rounded up).
 """
@@ -34,7 +34,16 @@ import math
 from typing import Any
 from urllib.parse import unquote_plus
 
+from gateway.a2a.jsonrpc import RequestError, RpcError, dumps, parse_body
+from gateway.a2a.rest_routes import RestMatch, RestRoute, match_rest
 from gateway.caller import REST_SCOPE_KEY, caller_of
+from gateway.door.jsonrpc_binding import (
+    JsonRpcEndpoint,
+    Streaming,
+    Unary,
+    check_version,
+    content_type_not_supported,
+)
 from gateway.http_io import (
     BodyTooLarge,
     is_json_content_type,
@@ -42,18 +51,9 @@ from gateway.http_io import (
     send_error,
     send_not_allowed,
 )
-from gateway.jsonrpc import RequestError, RpcError, dumps, parse_body
 from gateway.protocol import VERSION_HEADER, route_path
-from gateway.rest_routes import RestMatch, RestRoute, match_rest
-from gateway.rpc import (
-    JsonRpcEndpoint,
-    Streaming,
-    Unary,
-    check_version,
-    content_type_not_supported,
-)
 from gateway.sse import SSE_HEADERS, sse_event
-from gateway.trace_context import (
+from gateway.trace.context import (
     INCOMING_TRACEPARENT,
     TASK_STARTING_METHODS,
     incoming_traceparent,

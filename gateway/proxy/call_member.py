@@ -38,18 +38,19 @@ from typing import Any, Final
 
 import httpx
 
-# The helpers that need no httpx live in gateway.egress (a member imports them at start
+from gateway.errors import GatewayError
+from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, PEERS_ENV, TERMINAL_STATES, TaskState
+
+# The helpers that need no httpx live in gateway.proxy.egress (a member imports them at start
 # without httpx) and are re-exported here.
-from gateway.egress import (
+from gateway.proxy.egress import (
     answer_text,
     egress_reaches_loopback,
     peers_environ,
     virtual_address,
 )
-from gateway.egress import parts_text as _parts_text
-from gateway.errors import GatewayError
-from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, PEERS_ENV, TERMINAL_STATES, TaskState
-from gateway.proxy import (
+from gateway.proxy.egress import parts_text as _parts_text
+from gateway.proxy.formation import (
     DoorUnavailable,
     EgressRefused,
     FormationClient,

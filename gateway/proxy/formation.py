@@ -38,18 +38,17 @@ from urllib.parse import unquote
 
 import httpx
 
-from gateway.egress import VIRTUAL_DOMAIN as VIRTUAL_DOMAIN
-from gateway.egress import VIRTUAL_SUFFIX as VIRTUAL_SUFFIX
-from gateway.egress import AllowList as AllowList
-from gateway.egress import check_callees, virtual_address
-from gateway.egress import default_port as _default_port
-from gateway.egress import egress_reaches_loopback as egress_reaches_loopback
-
-# The allow-list and the names live in gateway.egress, which a member imports at start
+# The allow-list and the names live in gateway.proxy.egress, which a member imports at start
 # without httpx; they are re-exported here for everything that imports them from here.
 from gateway.errors import GatewayError
 from gateway.metrics import DoorMetrics, proxy_outcome
 from gateway.protocol import MEMBER_NAME_RE, ORIGIN_HEADER, RUNTIME_HEADER_PREFIX, TRUST_HEADER
+from gateway.proxy.egress import VIRTUAL_DOMAIN as VIRTUAL_DOMAIN
+from gateway.proxy.egress import VIRTUAL_SUFFIX as VIRTUAL_SUFFIX
+from gateway.proxy.egress import AllowList as AllowList
+from gateway.proxy.egress import check_callees, virtual_address
+from gateway.proxy.egress import default_port as _default_port
+from gateway.proxy.egress import egress_reaches_loopback as egress_reaches_loopback
 
 #: How long a request waits for a callee's door URL to arrive on the channel.
 DOOR_URL_WAIT_SECONDS: Final = 10.0
@@ -223,7 +222,7 @@ _ORIGIN_HEADER: Final = ORIGIN_HEADER.encode("ascii")
 _TRUST_HEADER: Final = TRUST_HEADER.encode("ascii")
 _RUNTIME_PREFIX_BYTES: Final = RUNTIME_HEADER_PREFIX.encode("ascii")
 _CONNECTION_NAMES: Final = (b"connection", b"proxy-connection")
-#: A call's trace context is the runtime's (gateway.trace_context): a component's own
+#: A call's trace context is the runtime's (gateway.trace.context): a component's own
 #: ``traceparent`` and the ``tracestate`` that goes with it are replaced.
 _TRACEPARENT: Final = b"traceparent"
 _TRACE_HEADERS: Final = frozenset({_TRACEPARENT, b"tracestate"})

@@ -12,7 +12,7 @@ agent's environment names (:func:`proxy_environment`). In order:
 4. :class:`ForwardProxy`, whose connections go: the head; ``Proxy-Authorization: Basic
    murmur:<secret>`` compared in constant time, else 407; then the target. An
    absolute-form ``http://`` URL is handed to the member's own
-   :class:`~gateway.proxy.FormationTransport` (the five steps for a virtual address, the
+   :class:`~gateway.proxy.formation.FormationTransport` (the five steps for a virtual address, the
    allow-list and no token for any other host: one implementation, not a copy);
    ``CONNECT host:port`` is a TCP tunnel where the same allow-list admits it;
 5. the answer, relayed chunk by chunk as it arrives with its framing made anew for the
@@ -45,7 +45,8 @@ from typing import Final
 import httpx
 
 from gateway.errors import GatewayError
-from gateway.proxy import (
+from gateway.proxy.env import USER, proxy_environment, proxy_url
+from gateway.proxy.formation import (
     CALLING_TASK,
     HOP_BY_HOP,
     TRUSTED,
@@ -58,7 +59,6 @@ from gateway.proxy import (
     exact_virtual_name,
     names_formation,
 )
-from gateway.proxy_env import USER, proxy_environment, proxy_url
 
 _log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from gateway.jsonrpc import RpcError
+from gateway.a2a.jsonrpc import RpcError
 
 #: The defaults (docs/limits.md); a member runtime sets ``total`` from its connection cap.
 PER_OWNER = 32

@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
-from gateway.a2a import AgentCard
+from gateway.a2a.jsonrpc import dumps
+from gateway.a2a.models import AgentCard
 from gateway.caller import ANONYMOUS_CALLER, CALLER_SCOPE_KEY
 from gateway.http_io import header, send_response
-from gateway.jsonrpc import dumps
 from gateway.protocol import (
     A2A_VERSION,
     HTTP_JSON_BINDING,
@@ -125,7 +125,7 @@ def _skill(skill: Skill) -> dict[str, Any]:
 
 
 #: How a card is made from what the door knows: :func:`build_card`, or for a gateway
-#: member the upstream's card merged with the door's (``gateway.relay``).
+#: member the upstream's card merged with the door's (``gateway.relay.tasks``).
 CardBuilder = Callable[[CardInfo, bool], dict[str, Any]]
 
 

@@ -1,12 +1,12 @@
 """How the door speaks to a gateway member's upstream that serves only the HTTP+JSON
-binding: the :class:`gateway.upstream.UpstreamFraming` for REST. The relay forwards the
+binding: the :class:`gateway.relay.client.UpstreamFraming` for REST. The relay forwards the
 same methods either way; this writes each as its verb and path (A2A 1.0 section 11.3)
 and reads the answers back into what the relay expects of a JSON-RPC upstream:
 
 * a ``200`` body is the method's result; each SSE event's ``data`` is a StreamResponse;
 * a ``google.rpc.Status`` answer (or an ``event: error``) whose ErrorInfo reason is one
   of the error table's rows is the upstream's own error, raised as
-  :class:`gateway.upstream.UpstreamError` with that row's JSON-RPC code, so it passes
+  :class:`gateway.relay.client.UpstreamError` with that row's JSON-RPC code, so it passes
   through to the caller on either binding (a forgotten task is ``-32001`` to the relay);
 * anything else is the door's ``-32603`` naming the member, never its address.
 """
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from gateway.jsonrpc import ERROR_BY_REASON, ERROR_INFO_TYPE, dumps
-from gateway.upstream import UpstreamError, not_answered, read_json
+from gateway.a2a.jsonrpc import ERROR_BY_REASON, ERROR_INFO_TYPE, dumps
+from gateway.relay.client import UpstreamError, not_answered, read_json
 
 #: The methods the relay forwards, by verb and path (``{id}``: the task id).
 _PATHS: dict[str, tuple[str, str]] = {

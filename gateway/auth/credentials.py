@@ -4,7 +4,7 @@
 - **declared bearer** tokens, read from the environment variables a manifest names;
 - **declared JWT issuers**, verified with pyjwt against keys from a JWKS or PEM file;
   each subject (``sub``) of an issuer is a task owner of its own;
-- **formation** tokens (``member:<from>``; verification lives in :mod:`gateway.tokens`).
+- **formation** tokens (``member:<from>``; verification lives in :mod:`gateway.auth.tokens`).
 
 No object here ever puts a token into its ``repr``, an exception or a log line.
 Configuration mistakes raise :class:`CredentialError`, whose text names the field, the
@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from gateway.auth.tokens import PREFIX, InvalidToken
 from gateway.caller import (
     DECLARABLE_SCOPES,
     FORMATION_SCOPES,
@@ -35,7 +36,6 @@ from gateway.caller import (
     Credential,
 )
 from gateway.errors import GatewayError
-from gateway.tokens import PREFIX, InvalidToken
 
 __all__ = [
     "JWT_ALGORITHMS",
@@ -383,7 +383,7 @@ class JwtIssuer:
                    [JwtKey(key=key, algorithms=_key_algorithms(key))], scopes)
 
     def verify(self, token: str) -> dict[str, Any]:
-        """The claims of ``token``, or :class:`gateway.tokens.InvalidToken`."""
+        """The claims of ``token``, or :class:`gateway.auth.tokens.InvalidToken`."""
         import jwt
 
         try:
@@ -410,7 +410,7 @@ class JwtIssuer:
         raise InvalidToken(f"jwt {self.name}: no key verifies the signature")
 
     def authenticate(self, token: str) -> Credential:
-        """The credential of ``token``'s subject, or :class:`gateway.tokens.InvalidToken`.
+        """The credential of ``token``'s subject, or :class:`gateway.auth.tokens.InvalidToken`.
 
         A token without a ``sub`` string of 1 to :data:`MAX_JWT_SUBJECT_CHARS` characters
         is refused: every subject of one issuer would otherwise own the same tasks.

@@ -20,25 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from gateway.a2a import (
-    IDENTIFIER_LIMIT,
-    CancelTaskRequest,
-    GetTaskRequest,
-    ListTasksRequest,
-    SendMessageRequest,
-    SubscribeToTaskRequest,
-)
-from gateway.caller import PUSH_METHODS, RPC_SCOPE_KEY, Caller, caller_of
-from gateway.http_io import (
-    JSON_MEDIA_TYPES,
-    BodyTooLarge,
-    is_json_content_type,
-    read_body,
-    requested_version,
-    send_json,
-    serves_version,
-)
-from gateway.jsonrpc import (
+from gateway.a2a.jsonrpc import (
     RequestError,
     RequestId,
     RpcError,
@@ -48,12 +30,30 @@ from gateway.jsonrpc import (
     parse_body,
     parse_request,
 )
+from gateway.a2a.models import (
+    IDENTIFIER_LIMIT,
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+)
+from gateway.caller import PUSH_METHODS, RPC_SCOPE_KEY, Caller, caller_of
+from gateway.door.streams import StreamBook
+from gateway.door.tasks import StreamEvent, TaskRecord, TaskStore, acts_as_operator
+from gateway.http_io import (
+    JSON_MEDIA_TYPES,
+    BodyTooLarge,
+    is_json_content_type,
+    read_body,
+    requested_version,
+    send_json,
+    serves_version,
+)
 from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, TERMINAL_STATES, VERSION_HEADER
 from gateway.sse import SSE_HEADERS, KeepAlive, StreamFraming, serve_stream, sse_event
-from gateway.streams import StreamBook
-from gateway.tasks import StreamEvent, TaskRecord, TaskStore, acts_as_operator
-from gateway.trace_bus import TraceBus
-from gateway.trace_context import (
+from gateway.trace.bus import TraceBus
+from gateway.trace.context import (
     INCOMING_TRACEPARENT,
     TASK_STARTING_METHODS,
     incoming_traceparent,
@@ -103,7 +103,7 @@ class JsonRpcEndpoint:
     """``POST /``: one JSON-RPC request per HTTP request, judged in the order of the
     module docstring, then handed to the method's handler. A subclass fills
     ``_unary`` and ``_streaming`` (the local task store here, the relay in
-    :mod:`gateway.relay`); ``murmur.StopSession`` and ``murmur.WatchSession`` are the
+    :mod:`gateway.relay.tasks`); ``murmur.StopSession`` and ``murmur.WatchSession`` are the
     session's own and the same for both. ``keepalive``: the longest a stream stays
     silent, in seconds, before a comment (default :data:`SSE_KEEPALIVE_SECONDS`)."""
 
@@ -119,7 +119,7 @@ class JsonRpcEndpoint:
         self._stop = stop
         #: The one keep-alive timer of this door's streams, on either binding.
         self.keepalive = KeepAlive(keepalive)
-        #: The bounds on this door's live streams, on either binding (gateway/streams.py).
+        #: The bounds on this door's live streams, on either binding (gateway/door/streams.py).
         self.streams = streams if streams is not None else StreamBook()
         self._unary: dict[str, Unary] = {"murmur.StopSession": self.stop_session}
         self._streaming: dict[str, Streaming] = {"murmur.WatchSession": self.watch_session}

@@ -12,7 +12,7 @@ Every A2A error the door answers comes from :data:`ERROR_TABLE` (code, standard 
 ``google.rpc.ErrorInfo`` reason and domain, HTTP status), as A2A 1.0 section 9.5
 describes: ``error.data`` is an array of ProtoJSON ``Any`` objects, the first an
 ``ErrorInfo``. JSON-RPC errors travel with HTTP 200; only the auth middleware answers
-with 401/403. The HTTP+JSON binding (:mod:`gateway.rest`) sends the same error as a
+with 401/403. The HTTP+JSON binding (:mod:`gateway.door.rest_binding`) sends the same error as a
 ``google.rpc.Status`` with the table's HTTP status (:meth:`RpcError.status_object`).
 """
 
@@ -91,7 +91,7 @@ ERROR_TABLE: Mapping[str, ErrorSpec] = {
     "MEMBER_BUSY": ErrorSpec(-32050, "member busy", "MEMBER_BUSY", 503, "UNAVAILABLE",
                              MURMUR_DOMAIN),
     # The same code as a busy member (a caller waits and tries again), its own reason,
-    # and 429: one caller holds too much (gateway/streams.py).
+    # and 429: one caller holds too much (gateway/door/streams.py).
     "TOO_MANY_STREAMS": ErrorSpec(-32050, "too many streams", "TOO_MANY_STREAMS", 429,
                                   "RESOURCE_EXHAUSTED", MURMUR_DOMAIN),
 }

@@ -4,7 +4,7 @@ The egress allow-list (``capabilities.network.allow``), the virtual addresses me
 reach each other at, ``MURMUR_FORMATION_PEERS``, the check of a member's callees and
 their tokens, and the text of a task's answer. None of it needs httpx, so a member
 imports this at start and leaves httpx (tens of milliseconds of CPU) to the first
-request: ``gateway.proxy`` and ``gateway.call_member`` re-export every name here.
+request: ``gateway.proxy.formation`` and ``gateway.proxy.call_member`` re-export every name here.
 """
 
 from __future__ import annotations

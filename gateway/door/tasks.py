@@ -37,13 +37,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from gateway.a2a import ListTasksRequest
+from gateway.a2a.jsonrpc import RpcError, member_busy
+from gateway.a2a.models import ListTasksRequest
 from gateway.caller import Caller
 from gateway.errors import GatewayError
-from gateway.jsonrpc import RpcError, member_busy
 from gateway.protocol import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
-from gateway.trace_bus import TraceBus, utc_timestamp
-from gateway.trace_context import INCOMING_TRACEPARENT, task_span
+from gateway.trace.bus import TraceBus, utc_timestamp
+from gateway.trace.context import INCOMING_TRACEPARENT, task_span
 
 log = logging.getLogger("murmur.door")
 

@@ -5,7 +5,7 @@ it: camelCase field names, enums as their proto names (``TASK_STATE_COMPLETED``,
 ``ROLE_USER``), ``bytes`` as base64, unknown fields ignored (spec section 5.7).
 
 They are used to *validate* what arrives on the wire. What the door sends is built as
-plain dicts in that same shape (see :mod:`gateway.tasks`), because ``json.dumps`` of a
+plain dicts in that same shape (see :mod:`gateway.door.tasks`), because ``json.dumps`` of a
 dict is the cheapest way to answer; :meth:`WireModel.wire` gives the dict of a model.
 
 What a caller chooses and the door keeps is bounded here (docs/door.md, "Protocol"):

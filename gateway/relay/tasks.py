@@ -19,7 +19,7 @@ executor, :class:`RelayTasks`, in this order:
    queue_depth`` (``single``: after the first); push configurations are refused
    (``-32003``), never forwarded.
 4. **Forwarding**: each method's params go as the caller sent them, with the door's own
-   request id, ``A2A-Version: 1.0`` and the manifest's headers (:mod:`gateway.upstream`);
+   request id, ``A2A-Version: 1.0`` and the manifest's headers (:mod:`gateway.relay.client`);
    answers come back as the upstream gave them, streams event by event with the door's
    keep-alive; the upstream's own errors pass through, every other failure is ``-32603``
    naming the member.
@@ -28,7 +28,7 @@ executor, :class:`RelayTasks`, in this order:
    (``a2a_task_received``, ``task_state``, from what the door sees) and the ``--task``
    result stay true when nobody asks; at most ``concurrency + queue_depth`` followers
    at once. ``SubscribeToTask`` opens one upstream stream per task, shared by every
-   local subscriber (:mod:`gateway.fanout`); the upstream client keeps its streams and
+   local subscriber (:mod:`gateway.relay.fanout`); the upstream client keeps its streams and
    its calls in separate pools, so streams never take a call's connection.
 6. **ListTasks** is the door's: the tasks it knows that the caller may see, filtered and
    paged as a local door pages (the same cursors), each page's tasks read fresh from the
@@ -50,18 +50,15 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gateway.a2a import IDENTIFIER_LIMIT, ListTasksRequest
-from gateway.agent_card import CardInfo, CardRoute, merged_card
-from gateway.auth import AuthPolicy
+from gateway.a2a.jsonrpc import RpcError, member_busy
+from gateway.a2a.models import IDENTIFIER_LIMIT, ListTasksRequest
+from gateway.auth.door_auth import AuthPolicy
 from gateway.caller import Caller
-from gateway.door import OPERATOR_CALLER, Door, DoorSettings
-from gateway.fanout import Fanout
-from gateway.jsonrpc import RpcError, member_busy
-from gateway.metrics import DoorMetrics
-from gateway.protocol import TERMINAL_STATES, TaskState
-from gateway.rpc import JsonRpcEndpoint, send_message_request, validate_params
-from gateway.streams import StreamBook
-from gateway.tasks import (
+from gateway.door.app import OPERATOR_CALLER, Door, DoorSettings
+from gateway.door.card import CardInfo, CardRoute, merged_card
+from gateway.door.jsonrpc_binding import JsonRpcEndpoint, send_message_request, validate_params
+from gateway.door.streams import StreamBook
+from gateway.door.tasks import (
     DEFAULT_PAGE_SIZE,
     TaskListeners,
     acts_as_operator,
@@ -71,9 +68,12 @@ from gateway.tasks import (
     new_id,
     parse_status_time,
 )
-from gateway.trace_bus import TraceBus, utc_timestamp
-from gateway.trace_context import INCOMING_TRACEPARENT, Span, task_span, traceparent
-from gateway.upstream import UpstreamClient, UpstreamError
+from gateway.metrics import DoorMetrics
+from gateway.protocol import TERMINAL_STATES, TaskState
+from gateway.relay.client import UpstreamClient, UpstreamError
+from gateway.relay.fanout import Fanout
+from gateway.trace.bus import TraceBus, utc_timestamp
+from gateway.trace.context import INCOMING_TRACEPARENT, Span, task_span, traceparent
 
 log = logging.getLogger("murmur.relay")
 
@@ -441,7 +441,7 @@ class RelayTasks(TaskListeners):
 
     async def subscribe(self, params: dict[str, Any], caller: Caller) -> AsyncIterator[Any]:
         """The task's one upstream subscription, opened by its first subscriber and
-        shared with every later one (:mod:`gateway.fanout`)."""
+        shared with every later one (:mod:`gateway.relay.fanout`)."""
         task_id = _task_id(params)
         self.reach(task_id, caller)
         fanout = self._fanouts.get(task_id)
@@ -616,7 +616,8 @@ class RelayTasks(TaskListeners):
 
 class RelayEndpoint(JsonRpcEndpoint):
     """The JSON-RPC endpoint of a gateway member: the door's framing and order of checks
-    (:class:`gateway.rpc.JsonRpcEndpoint`), each A2A method relayed by ``tasks``."""
+    (:class:`gateway.door.jsonrpc_binding.JsonRpcEndpoint`), each A2A method relayed by
+    ``tasks``."""
 
     def __init__(self, tasks: RelayTasks, trace: TraceBus, *, max_body: int,
                  stop: Callable[[str], None], keepalive: float | None = None,

@@ -12,7 +12,7 @@ this order; the first failure answers and nothing after it is read (docs/door-au
 4. the method is read: from the JSON-RPC body of ``POST /`` (bounded: ``413`` past
    ``max_body``), from the path for the agent card, ``resources/files`` and ``/metrics``
    (``Metrics``: the operator, or a declared credential with that scope), from the verb
-   and path for the HTTP+JSON binding (:func:`gateway.rest_routes.match_rest`, whose
+   and path for the HTTP+JSON binding (:func:`gateway.a2a.rest_routes.match_rest`, whose
    body the REST endpoint reads);
 5. ``403 insufficient_scope``: a method outside the credential's scopes, unless the
    request asks for an A2A version other than 1.0 (its method names are not ours: the
@@ -42,6 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.a2a.jsonrpc import STRICT_JSON
+from gateway.a2a.rest_routes import RestRoute, match_rest
+from gateway.auth.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
+from gateway.auth.tokens import FormationVerifier, InvalidToken
 from gateway.caller import (
     ANONYMOUS_CALLER,
     CALLER_SCOPE_KEY,
@@ -52,11 +56,9 @@ from gateway.caller import (
     RPC_SCOPE_KEY,
     Caller,
 )
-from gateway.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
 from gateway.errors import GatewayError
 from gateway.http_io import BodyTooLarge, requested_version, serves_version
 from gateway.http_io import header as first_header
-from gateway.jsonrpc import STRICT_JSON
 from gateway.metrics import METHOD_SCOPE_KEY, METRICS_METHOD, DoorMetrics
 from gateway.protocol import (
     CARD_PATH,
@@ -71,14 +73,12 @@ from gateway.protocol import (
     route_path,
 )
 from gateway.redaction import redact_request_text
-from gateway.rest_routes import RestRoute, match_rest
-from gateway.tokens import FormationVerifier, InvalidToken
 from gateway.types import ASGIApp, Headers, Message, Receive, Scope, Send
 
 __all__ = ["MAX_CREDENTIAL_CHARS", "REFUSALS", "AuthPolicy", "DoorAuth", "Refusal", "loggable"]
 
 
-logger = logging.getLogger("gateway.auth")
+logger = logging.getLogger("gateway.auth.door_auth")
 
 #: Longest non-formation token tried against the door's credentials (JWTs included).
 MAX_CREDENTIAL_CHARS = 8192
@@ -111,7 +111,7 @@ class AuthPolicy:
     max_body: int = 1 << 20
     #: Serve the card without its session extension to a request with no credential.
     public_card: bool = False
-    #: Web origins whose pages may call the door (CORS, :mod:`gateway.cors`); none: off.
+    #: Web origins whose pages may call the door (CORS, :mod:`gateway.auth.cors`); none: off.
     allow_origins: tuple[str, ...] = ()
     #: A listener beyond loopback (``--listen``): its local port, and the names its
     #: clients may send as ``Host`` there (each alone or with the port).

@@ -7,7 +7,7 @@ front of (docs/gateway.md), spoken to over HTTP. In this order:
 2. the client, :class:`UpstreamClient`: one aiohttp session (measured at a fraction of
    httpx's CPU per request, ``loadtests/bench_proxy.py``), requests framed for the
    upstream's binding (:class:`JsonRpcFraming`, with the door's own request ids, or
-   ``gateway.upstream_rest.RestFraming``), ``A2A-Version: 1.0`` and the manifest's
+   ``gateway.relay.rest_framing.RestFraming``), ``A2A-Version: 1.0`` and the manifest's
    headers and nothing of the caller's; :meth:`UpstreamClient.call` for a unary answer,
    :meth:`UpstreamClient.stream` for Server-Sent Events read as they arrive;
 3. failures: an upstream's own JSON-RPC error is raised as :class:`UpstreamError` and
@@ -28,8 +28,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from gateway.a2a.jsonrpc import STRICT_JSON, RpcError, dumps
 from gateway.errors import GatewayError
-from gateway.jsonrpc import STRICT_JSON, RpcError, dumps
 from gateway.protocol import A2A_VERSION, HTTP_JSON_BINDING, JSONRPC_BINDING, VERSION_HEADER
 from gateway.sse import byte_events
 
@@ -145,7 +145,7 @@ async def fetch_card(session: aiohttp.ClientSession, card_url: str,
 
 class UpstreamFraming(Protocol):
     """How requests to the upstream are written and its answers read, for the binding its
-    card offers: :class:`JsonRpcFraming` here, ``gateway.upstream_rest.RestFraming``."""
+    card offers: :class:`JsonRpcFraming` here, ``gateway.relay.rest_framing.RestFraming``."""
 
     def request(self, method: str, params: Mapping[str, Any]) -> tuple[str, str, bytes | None]:
         """The verb, URL and body of a request for ``method``."""

@@ -3,18 +3,18 @@ agent card behind the project's own DoorAuth.
 
 Routes (pure ASGI, matched on the path with runs of ``/`` collapsed, as DoorAuth reads it):
 
-* ``POST /`` (any all-slashes path): JSON-RPC, :mod:`gateway.rpc`;
-* ``GET /.well-known/agent-card.json``: the card, :mod:`gateway.agent_card`;
+* ``POST /`` (any all-slashes path): JSON-RPC, :mod:`gateway.door.jsonrpc_binding`;
+* ``GET /.well-known/agent-card.json``: the card, :mod:`gateway.door.card`;
 * ``GET /resources/files/<path>``: a file under the session's ``out/`` (operator only);
 * ``GET /healthz``: ``200 ok``, naming nothing;
 * ``GET /metrics``: the door's metrics, Prometheus text (:mod:`gateway.metrics`; the
   operator or a declared credential with the ``Metrics`` scope; 404 at a public door);
-* every other path: the HTTP+JSON binding, :mod:`gateway.rest` (``/message:send``,
+* every other path: the HTTP+JSON binding, :mod:`gateway.door.rest_binding` (``/message:send``,
   ``/tasks/{id}``, ...), on the same handlers as JSON-RPC; ``404`` for anything else.
 
 The :class:`Door` it returns is what the member runtime drives: the ASGI ``app``, the
 member's ``tasks`` (:class:`DoorTasks`: :class:`LocalTasks` over a task ``store`` here, or a
-gateway member's relay, :func:`gateway.relay.build_gateway_door`), the ``trace`` bus,
+gateway member's relay, :func:`gateway.relay.tasks.build_gateway_door`), the ``trace`` bus,
 ``stop_requested`` (``murmur.StopSession`` and ``after_task: exit`` set it), the
 wind-down for SIGTERM, and in-process tasks for ``mur run --task``.
 """
@@ -31,18 +31,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.agent_card import CardInfo, CardRoute
-from gateway.auth import AuthPolicy, DoorAuth
+from gateway.auth.cors import Cors
+from gateway.auth.credentials import OPERATOR_CREDENTIAL
+from gateway.auth.door_auth import AuthPolicy, DoorAuth
 from gateway.caller import Caller, caller_of
-from gateway.cors import Cors
-from gateway.credentials import OPERATOR_CREDENTIAL
-from gateway.http_io import header, send_error, send_not_allowed, send_response
-from gateway.metrics import CONTENT_TYPE, DoorMetrics, RequestMetrics
-from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, METRICS_PATH, route_path
-from gateway.rest import RestEndpoint
-from gateway.rpc import JsonRpcEndpoint, RpcEndpoint
-from gateway.streams import StreamLimits
-from gateway.tasks import (
+from gateway.door.card import CardInfo, CardRoute
+from gateway.door.jsonrpc_binding import JsonRpcEndpoint, RpcEndpoint
+from gateway.door.rest_binding import RestEndpoint
+from gateway.door.streams import StreamLimits
+from gateway.door.tasks import (
     DEFAULT_MAX_FINISHED,
     DEFAULT_MAX_FINISHED_BYTES,
     AgentFn,
@@ -52,7 +49,10 @@ from gateway.tasks import (
     acts_as_operator,
     new_id,
 )
-from gateway.trace_bus import TraceBus
+from gateway.http_io import header, send_error, send_not_allowed, send_response
+from gateway.metrics import CONTENT_TYPE, DoorMetrics, RequestMetrics
+from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, METRICS_PATH, route_path
+from gateway.trace.bus import TraceBus
 from gateway.types import ASGIApp, Headers, Receive, Scope, Send
 
 log = logging.getLogger("murmur.door")
@@ -83,7 +83,7 @@ class DoorSettings:
 class DoorTasks(Protocol):
     """What stands behind a door's JSON-RPC endpoint: the tasks of this member. Two
     kinds: :class:`LocalTasks` (the agent runs here, in a :class:`TaskStore`) and the
-    relay of a gateway member (:class:`gateway.relay.RelayTasks`, the tasks run in the
+    relay of a gateway member (:class:`gateway.relay.tasks.RelayTasks`, the tasks run in the
     upstream A2A server). The member runtime drives either through :class:`Door`."""
 
     #: The JSON-RPC endpoint serving these tasks (``POST /``); the HTTP+JSON binding

@@ -1,0 +1,3 @@
+"""The trace: the bus every record goes through (``bus``) and W3C trace context
+(``context``).
+"""
