@@ -1,6 +1,6 @@
 """In-process fakes for the proxy and call-member tests (no tests here): a small A2A 1.0
 JSON-RPC door (plain ASGI), a counting network that records every request it would open,
-and a door directory. tests/gateway/test_proxy_fakes.py checks the fake door itself
+and a door directory. tests/gateway/proxy/test_proxy_fakes.py checks the fake door itself
 answers as A2A 1.0 says, so the other tests' assertions rest on something checked."""
 
 from __future__ import annotations

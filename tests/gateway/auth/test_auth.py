@@ -1,6 +1,6 @@
 """DoorAuth, driven in-process with httpx.ASGITransport in front of an app that echoes what
 it received: the served paths. The shared test door and its helpers are in
-tests/support/auth.py; the attacks are in tests/gateway/test_auth_attacks.py."""
+tests/support/auth.py; the attacks are in tests/gateway/auth/test_auth_attacks.py."""
 
 from __future__ import annotations
 
