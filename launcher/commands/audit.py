@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import LauncherError
-from launcher.home.records import read_formation_marker
+from launcher.home.formations import read_formation_marker
 from launcher.home.trace import find_formation_traces, numbered_records
 
 __all__ = ["AuditRefused", "AuditReport", "Violation", "audit", "render_report"]

@@ -14,11 +14,7 @@ import json
 import sys
 from collections.abc import Callable
 
-from launcher.home.records import (
-    RunningRecord,
-    RunningRecordsUnreadable,
-    list_live,
-)
+from launcher.home.running_records import RunningRecord, RunningRecordsUnreadable, list_live
 from launcher.spawn.process import escape_control
 
 Fail = Callable[..., int]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from launcher.admission.roster import AdmittedRoster
-from launcher.home.records import records_root
+from launcher.home.paths import records_root
 from launcher.home.trace import read_trace
 
 FORMATS = ("svg", "dot", "mermaid")

@@ -10,11 +10,7 @@ from typing import Any
 
 from launcher.commands.common import failer, live_records
 from launcher.commands.live_tasks import live_tasks, render_tasks
-from launcher.home.records import (
-    RunningRecord,
-    RunningRecordsUnreadable,
-    prune_stale,
-)
+from launcher.home.running_records import RunningRecord, RunningRecordsUnreadable, prune_stale
 
 
 def _session_row(record: RunningRecord, entry: str | None) -> dict[str, Any]:

@@ -21,11 +21,8 @@ from gateway.sse import event_data
 from launcher.commands.common import Fail, failer, live_records
 from launcher.durations import DURATION_FORMS, parse_duration
 from launcher.errors import LauncherError
-from launcher.home.records import (
-    OPERATOR_TOKEN_FILE,
-    RunningRecord,
-    read_operator_token,
-)
+from launcher.home.records import OPERATOR_TOKEN_FILE, read_operator_token
+from launcher.home.running_records import RunningRecord
 from launcher.ids import is_formation_id, is_session_id
 from launcher.spawn.process import escape_control
 

@@ -11,9 +11,7 @@ import time
 from collections.abc import Iterable
 
 from launcher.commands.common import failer, live_records, not_an_id
-from launcher.home.records import (
-    RunningRecord,
-)
+from launcher.home.running_records import RunningRecord
 from launcher.ids import is_formation_id, is_session_id
 
 #: How long ``mur stop`` waits for what it stopped to be gone: a launcher may take the

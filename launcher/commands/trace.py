@@ -10,9 +10,7 @@ import sys
 from typing import Any
 
 from launcher.commands.common import failer, not_an_id
-from launcher.home.records import (
-    is_running,
-)
+from launcher.home.running_records import is_running
 from launcher.ids import is_formation_id, is_session_id
 from launcher.spawn.process import escape_control
 

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from launcher.home.records import OPERATOR_TOKEN_FILE, RunningRecord, list_live, read_operator_token
+from launcher.home.records import OPERATOR_TOKEN_FILE, read_operator_token
+from launcher.home.running_records import RunningRecord, list_live
 
 __all__ = ["follow_trace"]
 

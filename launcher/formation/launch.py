@@ -57,20 +57,16 @@ from launcher.formation.ready import (
     wait_for_door,
 )
 from launcher.formation.template import MemberTemplate, TemplateFailed
-from launcher.home.records import (
+from launcher.home.formations import (
     PeerDirectoryExists,
-    RunningRecord,
     format_no_marker_warning,
-    format_removal,
     make_formation_dir,
     make_peer_dir,
-    now_iso,
     peer_workdir,
-    remove_running,
-    retention_pass,
     write_formation_marker,
-    write_running,
 )
+from launcher.home.retention import format_removal, retention_pass
+from launcher.home.running_records import RunningRecord, now_iso, remove_running, write_running
 from launcher.ids import new_formation_id
 from launcher.sandbox import descendants
 from launcher.sandbox.agent_cgroup import end_left_over

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from gateway.auth.tokens import FormationKey
 from launcher.admission.roster import AdmittedMember
 from launcher.formation.ready import Ready
-from launcher.home.records import home
+from launcher.home.paths import home
 from launcher.sandbox.hostcheck import mark_reported
 from launcher.spawn.channel import ChannelWriter
 from launcher.spawn.env_names import (

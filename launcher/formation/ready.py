@@ -35,7 +35,8 @@ from gateway.protocol import CARD_PATH, SESSION_EXTENSION_URI
 # gateway.protocol, not gateway.a2a.models: the A2A models would cost every launch a tenth of
 # a second before the first member starts.
 from launcher.errors import LauncherError
-from launcher.home.records import OPERATOR_TOKEN_FILE, read_operator_token, records_root
+from launcher.home.paths import records_root
+from launcher.home.records import OPERATOR_TOKEN_FILE, read_operator_token
 from launcher.ids import is_formation_id, is_session_id
 from launcher.spawn.env_names import READY_SECONDS_ENV
 from launcher.spawn.process import LineTooLong, ManagedProcess, read_line

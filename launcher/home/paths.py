@@ -36,3 +36,35 @@ def global_store() -> Path:
 def store_search_order(project_dir: Path) -> tuple[Path, Path]:
     """The stores a capsule is looked up in, in order: the project's, then the global one."""
     return project_store(project_dir), global_store()
+
+
+# --------------------------------------------------------------------------- records
+
+
+def home() -> Path:
+    """``$MURMUR_HOME`` (``~/.murmur`` when unset) as an absolute path."""
+    return Path(os.path.abspath(murmur_home()))
+
+
+def records_root() -> Path:
+    return home() / "records"
+
+
+def running_dir() -> Path:
+    return home() / "running"
+
+
+def formations_root() -> Path:
+    return home() / "formations"
+
+
+def path_key(path: str | os.PathLike[str]) -> str:
+    """An absolute path, symlinks resolved, without its leading ``/``: how a work folder
+    or project appears inside ``records/``. ``/`` itself gives ``""``."""
+    return os.path.realpath(path).lstrip("/")
+
+
+def workdir_records(workdir: str | os.PathLike[str]) -> Path:
+    """``records/<workdir>/``: where every session run in ``workdir`` keeps its records."""
+    key = path_key(workdir)
+    return records_root() / key if key else records_root()

@@ -20,12 +20,10 @@ from types import TracebackType
 from typing import Any
 
 from gateway.redaction import redact_value
-from launcher.home.records import (
-    TRACE_FILE,
-    formation_records,
-    read_running,
-    records_root,
-)
+from launcher.home.formations import formation_records
+from launcher.home.paths import records_root
+from launcher.home.records import TRACE_FILE
+from launcher.home.running_records import read_running
 from launcher.ids import is_formation_id, is_session_id
 
 Record = dict[str, Any]

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.redaction import redact
@@ -44,7 +45,7 @@ from launcher.member.options import (
 )
 from launcher.member.outcome import SESSION_NOT_STAGED, member_diagnostic
 from launcher.member.place import FormationPlace, close_place, forget_descriptors, read_place
-from launcher.member.shutdown import ProtocolOut, lifeline_grace
+from launcher.member.shutdown import FORCED_EXIT, ProtocolOut, forced_status, lifeline_grace
 from launcher.sandbox.agent_cgroup import remove_all
 from launcher.sandbox.descendants import owning_descendants
 from launcher.spawn.process import forbid_inspection
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
     from launcher.member.session import MemberSession
 
 __all__ = ["main"]
+
+#: How long the main thread leaves a hard exit under way to finish ending the process.
+HARD_EXIT_WAIT = 5.0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -124,7 +128,8 @@ def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
 
 def _check_resumable(options: MemberOptions, session_id: str) -> None:
     """A resumed session is one of this work folder's, not running, of this capsule."""
-    from launcher.home.records import is_running, session_records
+    from launcher.home.records import session_records
+    from launcher.home.running_records import is_running
     from launcher.home.trace import read_trace
 
     def refuse(problem: str, fix: str) -> DiagnosticError:
@@ -193,6 +198,11 @@ def _run(options: MemberOptions, place: FormationPlace, artifact: Any, session_i
     finally:
         out.close()
         _settle_stdio()
+    if forced_status() is not None:
+        # A hard exit is under way in the watchdog's thread (it ended the agent process,
+        # which let this teardown finish): it ends the process, with its status.
+        time.sleep(HARD_EXIT_WAIT)
+        os._exit(forced_status() or FORCED_EXIT)
     if not clean or _other_threads():
         # The session is recorded and its door closed; agent code that ignored being
         # cancelled, or a thread it left running, must not keep the process alive.

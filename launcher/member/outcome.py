@@ -35,7 +35,7 @@ from typing import Any
 from gateway.protocol import TaskState, state_word
 from gateway.proxy.egress import answer_text
 from launcher.diagnostics import Diagnostic, diagnostic
-from launcher.home.records import DISK_FULL_ERRNOS, write_problem
+from launcher.home.files import DISK_FULL_ERRNOS, write_problem
 
 TASK_NOT_COMPLETED = "E-RUN-041"
 DOOR_CREDENTIALS = "E-RUN-042"

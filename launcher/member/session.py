@@ -45,17 +45,9 @@ from gateway.trace.context import Span
 from launcher.admission.store import InstalledArtifact, unpack
 from launcher.diagnostics import Diagnostic, DiagnosticError, emit
 from launcher.errors import LauncherError
-from launcher.home.records import (
-    DISK_FULL_ERRNOS,
-    RunningRecord,
-    SessionRecords,
-    now_iso,
-    remove_running,
-    stage_session,
-    write_atomic,
-    write_operator_token,
-    write_running,
-)
+from launcher.home.files import DISK_FULL_ERRNOS, write_atomic
+from launcher.home.records import SessionRecords, stage_session, write_operator_token
+from launcher.home.running_records import RunningRecord, now_iso, remove_running, write_running
 from launcher.home.trace import TraceWriter, timestamp
 from launcher.member.agent_process import AgentChild, AgentProcess, AgentStartFailed
 from launcher.member.door import (

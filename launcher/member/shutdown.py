@@ -50,14 +50,26 @@ def _left_to_the_launcher(signum: int, frame: FrameType | None) -> None:
     """A member holding a lifeline ends when its launcher closes it."""
 
 
+_forced: int | None = None
+
+
 def hard_exit(status: int) -> None:
     """End the process at once with ``status``: nothing more is flushed or written, but
     what agent code started ends first (its cgroup, then whatever is below this process:
-    nothing it started outlives it, docs/isolation.md)."""
+    nothing it started outlives it, docs/isolation.md). The status is noted first: the
+    agent process ending may let the session's own teardown finish meanwhile (this runs
+    in the watchdog's thread), and that ending exits with it too (:func:`forced_status`)."""
+    global _forced
+    _forced = status
     with contextlib.suppress(Exception):
         remove_all(seconds=0.5)
         end_descendants(seconds=0.5)
     os._exit(status)
+
+
+def forced_status() -> int | None:
+    """The status a hard exit under way ends with, if one is."""
+    return _forced
 
 
 class SignalGuard:

@@ -145,7 +145,7 @@ STALE_SECONDS: Final = 60.0
 
 def _sweep(root: Path) -> None:
     """Remove the empty ``murmur-<session>`` cgroups of sessions that no longer run."""
-    from launcher.home.records import is_running
+    from launcher.home.running_records import is_running
 
     try:
         entries = [entry for entry in os.scandir(root)

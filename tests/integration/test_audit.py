@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.home.records import formation_dir
+from launcher.home.formations import formation_dir
 from launcher.ids import new_formation_id
 from tests.support.formation import (
     CODER_AGENT,

@@ -29,7 +29,7 @@ from urllib.parse import quote
 import pytest
 
 from gateway.proxy.formation import FormationRefused
-from launcher.home import records
+from launcher.home import running_records
 from tests.support.calls import (
     BEARER_ENV,
     REDIRECT_LOG_ENV,
@@ -528,7 +528,7 @@ def test_the_lifeline_closing_during_a_call_ends_both_sides(
         assert formation.trace(name)[-1]["exit_status"] == "ok"
     assert "E-RUN-040" not in formation.stderr.decode()
     monkeypatch.setenv("MURMUR_HOME", str(formation.home))
-    assert records.list_running() == []
+    assert running_records.list_running() == []
     # Over the whole module: each door was only ever reached by the members the roster
     # lets call it, and no formation token was written anywhere.
     for name, callers in CALLERS.items():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.home import records
+from launcher.home import paths, running_records
 from tests.support.calls import MemberSpec, build_project, plan, who
 from tests.support.formation import (
     kill_group_quietly,
@@ -53,7 +53,7 @@ def test_a_call_refused_busy_until_the_deadline_fails_clearly_and_nothing_keeps_
     assert DEADLINE_SECONDS - 0.5 < elapsed < DEADLINE_SECONDS + 10, elapsed
     # Nothing keeps running: every member is gone, no running record is left.
     assert wait_gone([m["pid"] for m in formation["members"]], 5) < 5
-    assert records.list_running() == []
+    assert running_records.list_running() == []
 
     # b took the first call; the second was answered busy and offered again until the
     # deadline, then failed naming the member and the state.
@@ -68,7 +68,7 @@ def test_a_call_refused_busy_until_the_deadline_fails_clearly_and_nothing_keeps_
     assert held["error"]["member"] == "b", held
     assert held["error"]["state"] in ("deadline", "TASK_STATE_CANCELED"), held
 
-    traces = member_traces(records.records_root())
+    traces = member_traces(paths.records_root())
     received = [r for r in traces["b"] if r["event"] == "a2a_task_received"]
     assert len(received) == 1, received   # the busy offers never became a task
     # The operator's --task is trusted, and so is the call made for it.

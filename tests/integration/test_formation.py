@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from launcher.home import records
+from launcher.home import paths, running_records
 from tests.support.formation import (
     CODER_AGENT,
     PLANNER_AGENT,
@@ -115,7 +115,7 @@ def test_three_members_with_a_task_print_the_result_and_leave_nothing_running(
     assert "E-RUN-040" not in stderr
     assert wait_gone(pids_of(formation).values(), 5) < 5
     fid = formation["formation_id"]
-    traces = member_traces(records.records_root())
+    traces = member_traces(paths.records_root())
     assert set(traces) == {"planner", "coder", "reviewer"}
     callees = {"planner": ["coder", "reviewer"], "coder": [], "reviewer": ["coder"]}
     for name, trace in traces.items():
@@ -142,7 +142,7 @@ def test_three_members_with_a_task_print_the_result_and_leave_nothing_running(
     human = mur("trace", "show", fid)
     assert human.returncode == 0
     assert len(human.stdout.splitlines()) == len(merged)
-    assert records.list_running() == []
+    assert running_records.list_running() == []
 
 
 # --------------------------------------------------------------------------- without --task
@@ -192,7 +192,7 @@ def test_a_formation_without_a_task_serves_the_operator_until_mur_stop(
     assert process.returncode == 0, err.decode()
     assert wait_gone(pids.values(), 5) < 5
     print(f"mur stop to every member gone: {time.monotonic() - started:.2f}s")
-    for name, trace in member_traces(records.records_root()).items():
+    for name, trace in member_traces(paths.records_root()).items():
         events = events_of(trace)
         assert "formation_ended" in events, name  # the entry member's lifeline closed too
         assert events[-1] == "session_end", name
@@ -223,10 +223,10 @@ def test_a_signal_to_the_launcher_ends_the_formation(
     _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err.decode()  # a serving formation stopped as asked
     assert wait_gone(pids_of(formation).values(), 5) < 5
-    for name, trace in member_traces(records.records_root()).items():
+    for name, trace in member_traces(paths.records_root()).items():
         events = events_of(trace)
         assert events.index("formation_ended") < events.index("session_end"), name
-    assert records.list_running() == []
+    assert running_records.list_running() == []
 
 
 def test_members_run_in_the_launchers_directory_and_keep_their_own_work_folders(
@@ -243,9 +243,9 @@ def test_members_run_in_the_launchers_directory_and_keep_their_own_work_folders(
         assert os.readlink(f"/proc/{member['pid']}/cwd") == str(elsewhere.resolve())
         workdir = Path(member["workdir"])
         expected = pair.resolve() if member["entry"] else (
-            records.formations_root() / formation["formation_id"] / member["name"])
+            paths.formations_root() / formation["formation_id"] / member["name"])
         assert workdir == expected
-        assert (records.workdir_records(workdir) / member["session_id"]).is_dir()
+        assert (paths.workdir_records(workdir) / member["session_id"]).is_dir()
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err.decode()
@@ -274,7 +274,7 @@ def test_kill_leaves_no_member_running_within_30_seconds(
     process.wait(30)
     if victim == "entry":
         assert process.returncode == 128 + signal.SIGKILL
-    survivors = member_traces(records.records_root())
+    survivors = member_traces(paths.records_root())
     for name, trace in survivors.items():
         if name in killed:
             continue
@@ -313,7 +313,7 @@ def test_the_deadline_while_running_ends_every_member_at_the_same_moment(
     assert 7.5 < elapsed < 20, elapsed
     assert wait_gone(pids_of(formation).values(), 5) < 5
     ends = {}
-    for name, trace in member_traces(records.records_root()).items():
+    for name, trace in member_traces(paths.records_root()).items():
         events = events_of(trace)
         assert "deadline_reached" in events, (name, events)
         assert "formation_ended" not in events, (name, events)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.home import records
+from launcher.home import formations, paths, running_records
 from launcher.ids import new_formation_id
 from launcher.spawn.process import process_start_time
 from tests.support.formation import (
@@ -66,7 +66,7 @@ def formation_members_running(formation_id: str) -> list[int]:
 
 
 def only_formation() -> str:
-    (formation_id,) = os.listdir(records.formations_root())
+    (formation_id,) = os.listdir(paths.formations_root())
     return formation_id
 
 
@@ -101,16 +101,16 @@ def test_a_peer_that_does_not_come_up_refuses_the_launch(
     if mode == "dead_door":
         assert "did not answer as session ses_" in err
     assert out == ""  # no formation line, no result: the entry member never started
-    assert not records.workdir_records(project).exists()
+    assert not paths.workdir_records(project).exists()
     formation_id = only_formation()
     assert formation_members_running(formation_id) == []
     # The peer that did come up was wound down by its lifeline, not killed.
-    reviewer_traces = list((records.formation_records(formation_id) / "reviewer").rglob(
+    reviewer_traces = list((formations.formation_records(formation_id) / "reviewer").rglob(
         "trace.jsonl"))
     assert reviewer_traces
     events = [json.loads(line)["event"] for line in reviewer_traces[0].read_text().split()]
     assert events[-2:] == ["formation_ended", "session_end"]
-    assert records.list_running() == []
+    assert running_records.list_running() == []
     assert elapsed < 20, f"the refused launch took {elapsed:.1f}s"
 
 
@@ -136,7 +136,7 @@ def test_no_peer_means_no_formation_directory(tmp_path: Path) -> None:
     line, result = out.splitlines()
     assert json.loads(line)["members"][0]["workdir"] == str(project.resolve())
     assert result == "fake result: hi"
-    assert not records.formations_root().exists()
+    assert not paths.formations_root().exists()
 
 
 # --------------------------------------------------------------------------- retention
@@ -159,14 +159,14 @@ def test_retention_keeps_max_sessions_of_the_projects_formations(
     other.mkdir()
     # Older directories that must survive: no marker, another project's, a live launcher's.
     no_marker = new_formation_id()
-    records.make_formation_dir(no_marker)
+    formations.make_formation_dir(no_marker)
     foreign = new_formation_id()
-    records.make_formation_dir(foreign)
-    records.write_formation_marker(foreign, project_dir=other, launcher_pid=1,
+    formations.make_formation_dir(foreign)
+    formations.write_formation_marker(foreign, project_dir=other, launcher_pid=1,
                                    launcher_start="1")
     running = new_formation_id()
-    records.make_formation_dir(running)
-    records.write_formation_marker(running, project_dir=project, launcher_pid=live_process.pid,
+    formations.make_formation_dir(running)
+    formations.write_formation_marker(running, project_dir=project, launcher_pid=live_process.pid,
                                    launcher_start=process_start_time(live_process.pid))
     env = fake_env(tmp_path, {"planner": "good", "coder": "good"})
     launched, errors = [], []
@@ -179,8 +179,8 @@ def test_retention_keeps_max_sessions_of_the_projects_formations(
     assert "retention" not in errors[0] + errors[1]
     removal = f"[mur run] retention: removed formation {first} (max_sessions)"
     assert removal in errors[2].splitlines()
-    assert not records.formation_dir(first).exists()
-    assert not records.formation_records(first).exists()
+    assert not formations.formation_dir(first).exists()
+    assert not formations.formation_records(first).exists()
     for kept in (*launched[1:], no_marker, foreign, running):
-        assert records.formation_dir(kept).exists(), kept
-    assert (records.formation_records(launched[1]) / "coder").is_dir()
+        assert formations.formation_dir(kept).exists(), kept
+    assert (formations.formation_records(launched[1]) / "coder").is_dir()

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from launcher.home import records
+from launcher.home import paths
 from tests.support import third_party
 from tests.support.formation import (
     alive,
@@ -120,7 +120,7 @@ def test_both_third_party_agents_call_the_worker_and_the_roster_refuses_other_ed
         assert refused.startswith(f"{name}: {name} call refused: 403 "), refused
         assert "formation_refused" in refused, refused
     assert wait_gone(pids_of(formation).values(), 10) < 10
-    traces = member_traces(records.records_root())
+    traces = member_traces(paths.records_root())
     assert set(traces) == {"planner", "sdkbot", "jsbot", "worker"}
     for name in ("sdkbot", "jsbot"):
         calls = [r for r in traces[name] if r["event"] == "member_call"]
@@ -145,7 +145,7 @@ def test_kill_9_of_a_gateway_upstream_during_a_task_ends_the_formation(
     pids = pids_of(formation)
     upstream = wait_for(lambda: first_child(pids["sdkbot"]), timeout=10)
     wait_for(lambda: any(r["event"] == "a2a_task_received"
-                         for r in member_traces(records.records_root()).get("sdkbot", [])),
+                         for r in member_traces(paths.records_root()).get("sdkbot", [])),
              timeout=20)
     killed = time.monotonic()
     os.kill(upstream, signal.SIGKILL)
@@ -168,6 +168,6 @@ def test_kill_9_of_a_gateway_upstream_during_a_task_ends_the_formation(
     assert took < 30, took
     assert wait_gone([*pids.values(), upstream], 10) < 10
     assert not alive(upstream)
-    end = member_traces(records.records_root())["sdkbot"][-1]
+    end = member_traces(paths.records_root())["sdkbot"][-1]
     assert end["event"] == "session_end" and end["exit_status"] == "failed", end
 

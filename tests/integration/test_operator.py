@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from launcher.home import records
+from launcher.home import running_records
 from tests.support.formation import (
     ECHO_AGENT,
     install_capsule,
@@ -109,4 +109,4 @@ def test_mur_stop_of_a_formation_also_stops_a_member_started_by_hand(
     assert launcher.wait(10) == 0
     assert by_hand.wait(10) == 0
     assert wait_gone([m["pid"] for m in formation["members"]], 5) < 5
-    assert records.list_live() == []
+    assert running_records.list_live() == []

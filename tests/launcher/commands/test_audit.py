@@ -11,7 +11,7 @@ import pytest
 
 from launcher.cli import main
 from launcher.commands.audit import AuditRefused, audit, render_report
-from launcher.home.records import (
+from launcher.home.formations import (
     formation_dir,
     formation_records,
     make_formation_dir,

@@ -15,8 +15,8 @@ import pytest
 
 from launcher.commands import ps, send, stop
 from launcher.commands import trace as trace_command
-from launcher.home import records
-from launcher.home.records import RunningRecord
+from launcher.home import records, running_records
+from launcher.home.running_records import RunningRecord
 from launcher.home.trace import TraceWriter
 from launcher.ids import new_formation_id, new_session_id
 from launcher.spawn.process import process_start_time
@@ -32,7 +32,7 @@ def other_process() -> Iterator[subprocess.Popen[bytes]]:
 
 def record_of(pid: int, ident: str, kind: str, **fields: str) -> RunningRecord:
     return RunningRecord(id=ident, pid=pid, start=process_start_time(pid),
-                         kind=kind, started=records.now_iso(), **fields)  # type: ignore[arg-type]
+                         kind=kind, started=running_records.now_iso(), **fields)  # type: ignore[arg-type]
 
 
 def test_stop_refuses_what_is_not_an_id(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,7 +50,7 @@ def test_stop_of_a_formation_that_is_not_running_says_so(
 def test_stop_of_a_session_sends_sigterm_and_waits_until_it_is_gone(
         other_process: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]) -> None:
     sid = new_session_id()
-    records.write_running(record_of(other_process.pid, sid, "session"))
+    running_records.write_running(record_of(other_process.pid, sid, "session"))
     assert stop.stop(argparse.Namespace(id=sid, json=True)) == 0
     assert other_process.wait(5) == -15
     assert json.loads(capsys.readouterr().out) == {
@@ -75,16 +75,16 @@ def test_ps_groups_members_under_their_formation(
         other_process: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]) -> None:
     fid = new_formation_id()
     pid = other_process.pid
-    records.write_running(record_of(pid, fid, "launcher", formation_id=fid,
-                                    member="planner", project_dir="/p"))
+    running_records.write_running(record_of(pid, fid, "launcher", formation_id=fid,
+                                            member="planner", project_dir="/p"))
     entry, peer, alone = new_session_id(), new_session_id(), new_session_id()
-    records.write_running(record_of(pid, peer, "session", formation_id=fid, member="coder",
-                                    door_url="http://127.0.0.1:2"))
-    records.write_running(record_of(pid, entry, "session", formation_id=fid, member="planner",
-                                    door_url="http://127.0.0.1:1"))
-    records.write_running(record_of(pid, alone, "session", capsule="local/x", version="1"))
+    running_records.write_running(record_of(pid, peer, "session", formation_id=fid,
+                                            member="coder", door_url="http://127.0.0.1:2"))
+    running_records.write_running(record_of(pid, entry, "session", formation_id=fid,
+                                            member="planner", door_url="http://127.0.0.1:1"))
+    running_records.write_running(record_of(pid, alone, "session", capsule="local/x", version="1"))
     stale = record_of(pid, new_session_id(), "session")
-    records.write_running(RunningRecord(id=stale.id, pid=pid, start="1", kind="session"))
+    running_records.write_running(RunningRecord(id=stale.id, pid=pid, start="1", kind="session"))
     assert ps.ps(argparse.Namespace(json=True)) == 0
     state = json.loads(capsys.readouterr().out)
     (formation,) = state["formations"]
@@ -92,7 +92,7 @@ def test_ps_groups_members_under_their_formation(
     assert [(m["member"], m["entry"]) for m in formation["members"]] == [
         ("planner", True), ("coder", False)]
     assert [s["session_id"] for s in state["sessions"]] == [alone]
-    assert records.read_running(stale.id) is None  # pruned
+    assert running_records.read_running(stale.id) is None  # pruned
     assert ps.ps(argparse.Namespace(json=False)) == 0
     text = capsys.readouterr().out
     assert f"formation {fid}  launcher pid {pid}" in text

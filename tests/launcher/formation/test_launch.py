@@ -30,7 +30,7 @@ from launcher.formation.ready import (
     parse_ready_line,
     ready_seconds,
 )
-from launcher.home import records
+from launcher.home import formations, paths, running_records
 from launcher.ids import new_formation_id, new_session_id
 from launcher.member.options import parse_deadline as member_parse_deadline
 
@@ -78,7 +78,7 @@ def ready_line(**changes: Any) -> bytes:
     line: dict[str, Any] = {
         "event": "ready", "session_id": session, "pid": 4242,
         "door_url": "http://127.0.0.1:41234", "capsule": "local/coder", "version": "1.0.0",
-        "records_dir": str(records.records_root() / "x" / session),
+        "records_dir": str(paths.records_root() / "x" / session),
         "formation_id": fid, "member": "coder"}
     for key, value in changes.items():
         if value is None:
@@ -314,7 +314,7 @@ def test_a_refused_roster_starts_nothing(tmp_path: Path, nothing_starts: list[st
     assert "error E-ROS-001:" in err
     assert "  hint: " in err
     assert nothing_starts == []
-    assert not records.formations_root().exists()
+    assert not paths.formations_root().exists()
 
 
 def test_an_existing_peer_directory_is_e_run_045_and_nothing_launches(
@@ -324,7 +324,7 @@ def test_an_existing_peer_directory_is_e_run_045_and_nothing_launches(
     made: list[Path] = []
 
     def make_and_plant(formation_id: str) -> Path:
-        path = records.make_formation_dir(formation_id)
+        path = formations.make_formation_dir(formation_id)
         (path / "coder").mkdir()  # someone got there first
         made.append(path / "coder")
         return path
@@ -335,7 +335,7 @@ def test_an_existing_peer_directory_is_e_run_045_and_nothing_launches(
     assert "error E-RUN-045: member `coder` did not become ready" in err
     assert str(made[0]) in err
     assert nothing_starts == []
-    assert records.list_running() == []  # the launcher's record is gone too
+    assert running_records.list_running() == []  # the launcher's record is gone too
 
 
 def test_a_bad_deadline_is_a_usage_error(tmp_path: Path, nothing_starts: list[str],

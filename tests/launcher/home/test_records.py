@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.home import records
-from launcher.home.records import (
-    PeerDirectoryExists,
-    RunningRecord,
-    RunningRecordsUnreadable,
-)
+from launcher.home import formations, records, retention, running_records
+from launcher.home.formations import PeerDirectoryExists
+from launcher.home.running_records import RunningRecord, RunningRecordsUnreadable
 from launcher.ids import new_formation_id, new_session_id
 from launcher.spawn.process import process_start_time
 
@@ -109,7 +106,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 
 def session_record(pid: int, start: str | None, **extra: str) -> RunningRecord:
     return RunningRecord(id=new_session_id(), pid=pid, start=start, kind="session",
-                         started=records.now_iso(), **extra)  # type: ignore[arg-type]
+                         started=running_records.now_iso(), **extra)  # type: ignore[arg-type]
 
 
 def test_running_record_round_trips_and_is_0600(murmur_home: Path) -> None:
@@ -117,27 +114,27 @@ def test_running_record_round_trips_and_is_0600(murmur_home: Path) -> None:
                             door_url="http://127.0.0.1:1234", capsule="local/coder",
                             version="1.2.0", records_dir="/x", project_dir="/p",
                             formation_id=new_formation_id(), member="coder")
-    path = records.write_running(record)
+    path = running_records.write_running(record)
     assert path == murmur_home / "running" / f"{record.id}.json"
     assert mode(path) == 0o600
     assert json.loads(path.read_text())["pid"] == os.getpid()
-    assert records.read_running(record.id) == record
-    assert records.list_running() == [record]
-    assert records.list_live() == [record]
-    assert records.is_running(record.id)
-    records.remove_running(record.id)
-    records.remove_running(record.id)  # already gone: nothing
+    assert running_records.read_running(record.id) == record
+    assert running_records.list_running() == [record]
+    assert running_records.list_live() == [record]
+    assert running_records.is_running(record.id)
+    running_records.remove_running(record.id)
+    running_records.remove_running(record.id)  # already gone: nothing
     assert not path.exists()
-    assert not records.is_running(record.id)
-    assert records.read_running(record.id) is None
+    assert not running_records.is_running(record.id)
+    assert running_records.read_running(record.id) is None
 
 
 def test_a_launcher_record_is_named_by_its_formation_id(murmur_home: Path) -> None:
     formation = new_formation_id()
     record = RunningRecord(id=formation, pid=os.getpid(), start=None, kind="launcher",
                            formation_id=formation, project_dir="/p")
-    records.write_running(record)
-    assert records.is_running(formation)
+    running_records.write_running(record)
+    assert running_records.is_running(formation)
     with pytest.raises(ValueError):
         RunningRecord.from_json({**record.to_json(), "id": new_session_id()})
 
@@ -151,18 +148,18 @@ def test_stale_records_are_ignored_and_pruned(murmur_home: Path,
     gone = session_record(ended_child.pid, ended_start)
     reused = session_record(sleeper.pid, str(int(process_start_time(sleeper.pid) or 0) - 1))
     for record in (live, gone, reused):
-        records.write_running(record)
+        running_records.write_running(record)
     corrupt = murmur_home / "running" / f"{new_session_id()}.json"
     corrupt.write_text("{not json")
     stray = murmur_home / "running" / "notes.txt"
     stray.write_text("left alone")
 
-    assert {r.id for r in records.list_running()} == {live.id, gone.id, reused.id}
-    assert [r.id for r in records.list_live()] == [live.id]
-    assert not records.is_running(gone.id)
-    assert not records.is_running(reused.id)  # same pid, other start time: reused
+    assert {r.id for r in running_records.list_running()} == {live.id, gone.id, reused.id}
+    assert [r.id for r in running_records.list_live()] == [live.id]
+    assert not running_records.is_running(gone.id)
+    assert not running_records.is_running(reused.id)  # same pid, other start time: reused
 
-    pruned = records.prune_stale()
+    pruned = running_records.prune_stale()
     assert set(pruned) == {gone.id, reused.id, corrupt.stem}
     remaining = sorted(p.name for p in (murmur_home / "running").iterdir())
     assert remaining == sorted([f"{live.id}.json", "notes.txt"])
@@ -170,15 +167,15 @@ def test_stale_records_are_ignored_and_pruned(murmur_home: Path,
 
 def test_a_record_that_names_another_id_than_its_file_is_ignored(murmur_home: Path) -> None:
     record = session_record(os.getpid(), None)
-    path = records.write_running(record)
+    path = running_records.write_running(record)
     other = path.with_name(f"{new_session_id()}.json")
     path.rename(other)
-    assert records.list_running() == []
+    assert running_records.list_running() == []
 
 
 def test_no_running_folder_means_nothing_runs(murmur_home: Path) -> None:
-    assert records.list_live() == []
-    assert records.prune_stale() == []
+    assert running_records.list_live() == []
+    assert running_records.prune_stale() == []
 
 
 def test_an_unreadable_running_folder_is_reported_not_hidden(murmur_home: Path) -> None:
@@ -189,7 +186,7 @@ def test_an_unreadable_running_folder_is_reported_not_hidden(murmur_home: Path) 
         if os.access(folder, os.R_OK):
             pytest.skip("running as a user that ignores permissions")
         with pytest.raises(RunningRecordsUnreadable):
-            records.list_live()
+            running_records.list_live()
     finally:
         folder.chmod(0o700)
 
@@ -197,14 +194,14 @@ def test_an_unreadable_running_folder_is_reported_not_hidden(murmur_home: Path) 
 def test_a_running_path_that_is_not_a_folder_is_unreadable(murmur_home: Path) -> None:
     (murmur_home / "running").write_text("not a folder")
     with pytest.raises(RunningRecordsUnreadable):
-        records.list_live()
+        running_records.list_live()
     with pytest.raises(RunningRecordsUnreadable):
-        records.prune_stale()
+        running_records.prune_stale()
 
 
 def test_running_record_names_must_be_ids(murmur_home: Path) -> None:
     with pytest.raises(ValueError):
-        records.remove_running("../../x")
+        running_records.remove_running("../../x")
 
 
 @pytest.mark.parametrize("change", [
@@ -224,7 +221,7 @@ def test_formation_dir_and_marker_are_owner_only(murmur_home: Path, tmp_path: Pa
     formation = new_formation_id()
     old = os.umask(0o022)
     try:
-        path = records.make_formation_dir(formation)
+        path = formations.make_formation_dir(formation)
     finally:
         os.umask(old)
     assert path == murmur_home / "formations" / formation
@@ -234,46 +231,46 @@ def test_formation_dir_and_marker_are_owner_only(murmur_home: Path, tmp_path: Pa
     project.mkdir()
     link = tmp_path / "proj-link"
     link.symlink_to(project)
-    marker = records.write_formation_marker(formation, project_dir=link,
+    marker = formations.write_formation_marker(formation, project_dir=link,
                                             launcher_pid=os.getpid(), launcher_start=None,
                                             edges=[("a", "b")])
     assert mode(marker) == 0o600
     data = json.loads(marker.read_text())
     assert data == {"project_dir": os.path.realpath(project), "launcher_pid": os.getpid(),
                     "launcher_start": "", "edges": [{"from": "a", "to": "b"}]}
-    parsed = records.read_formation_marker(formation)
+    parsed = formations.read_formation_marker(formation)
     assert parsed is not None and parsed.project_dir == os.path.realpath(project)
     with pytest.raises(FileExistsError):  # a marker is never replaced
-        records.write_formation_marker(formation, project_dir=project, launcher_pid=1,
+        formations.write_formation_marker(formation, project_dir=project, launcher_pid=1,
                                        launcher_start="5")
 
 
 def test_an_existing_formations_folder_is_made_owner_only(murmur_home: Path) -> None:
     (murmur_home / "formations").mkdir(mode=0o755)
     (murmur_home / "formations").chmod(0o755)
-    records.make_formation_dir(new_formation_id())
+    formations.make_formation_dir(new_formation_id())
     assert mode(murmur_home / "formations") == 0o700
 
 
 def test_a_formation_dir_is_never_made_twice(murmur_home: Path) -> None:
     formation = new_formation_id()
-    records.make_formation_dir(formation)
+    formations.make_formation_dir(formation)
     with pytest.raises(FileExistsError):
-        records.make_formation_dir(formation)
+        formations.make_formation_dir(formation)
 
 
 def test_peer_dir_is_0700_and_never_reused(murmur_home: Path) -> None:
     formation = new_formation_id()
-    records.make_formation_dir(formation)
+    formations.make_formation_dir(formation)
     old = os.umask(0)
     try:
-        peer = records.make_peer_dir(formation, "coder")
+        peer = formations.make_peer_dir(formation, "coder")
     finally:
         os.umask(old)
     assert peer == murmur_home / "formations" / formation / "coder"
     assert mode(peer) == 0o700
     with pytest.raises(PeerDirectoryExists) as caught:
-        records.make_peer_dir(formation, "coder")
+        formations.make_peer_dir(formation, "coder")
     assert caught.value.path == peer
     assert str(peer) in str(caught.value)
 
@@ -281,27 +278,27 @@ def test_peer_dir_is_0700_and_never_reused(murmur_home: Path) -> None:
 def test_a_symlink_planted_at_a_peer_path_is_refused(murmur_home: Path,
                                                      tmp_path: Path) -> None:
     formation = new_formation_id()
-    records.make_formation_dir(formation)
+    formations.make_formation_dir(formation)
     (murmur_home / "formations" / formation / "coder").symlink_to(tmp_path)
     with pytest.raises(PeerDirectoryExists):
-        records.make_peer_dir(formation, "coder")
+        formations.make_peer_dir(formation, "coder")
 
 
 def test_peer_names_are_member_names(murmur_home: Path) -> None:
     formation = new_formation_id()
-    records.make_formation_dir(formation)
+    formations.make_formation_dir(formation)
     with pytest.raises(ValueError):
-        records.make_peer_dir(formation, "../escape")
+        formations.make_peer_dir(formation, "../escape")
 
 
 def test_peer_records_live_under_the_formation_dir_path(murmur_home: Path) -> None:
     formation = new_formation_id()
-    peer = records.make_formation_dir(formation) / "coder"
+    peer = formations.make_formation_dir(formation) / "coder"
     session = new_session_id()
     expected = (murmur_home / "records" / os.path.realpath(murmur_home).lstrip("/")
                 / "formations" / formation / "coder" / session)
     assert records.session_records(peer, session).dir == expected
-    assert records.formation_records(formation) == expected.parent.parent
+    assert formations.formation_records(formation) == expected.parent.parent
 
 
 @pytest.mark.parametrize("content", [
@@ -313,18 +310,18 @@ def test_peer_records_live_under_the_formation_dir_path(murmur_home: Path) -> No
 def test_missing_or_unparsable_markers_read_as_none(murmur_home: Path,
                                                     content: str | None) -> None:
     formation = new_formation_id()
-    path = records.make_formation_dir(formation)
+    path = formations.make_formation_dir(formation)
     if content is not None:
         (path / "formation.json").write_text(content)
-    assert records.read_formation_marker(formation) is None
+    assert formations.read_formation_marker(formation) is None
 
 
 def test_warning_and_removal_lines_read_as_the_reference_shows() -> None:
-    removal = records.Removal(formation_id="frm_0199c4e2f1b7712a9d3e4f5061728394",
+    removal = retention.Removal(formation_id="frm_0199c4e2f1b7712a9d3e4f5061728394",
                               reason="max_sessions", path=Path("/x"))
-    assert records.format_removal(removal) == (
+    assert retention.format_removal(removal) == (
         "[mur run] retention: removed formation frm_0199c4e2f1b7712a9d3e4f5061728394 "
         "(max_sessions)")
-    assert records.format_no_marker_warning("permission denied") == (
+    assert formations.format_no_marker_warning("permission denied") == (
         "[mur run] warning: formation has no ownership marker (permission denied); "
         "its directory will never be removed automatically")

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.home import records
-from launcher.home.records import RunningRecord, retention_pass
+from launcher.home import formations, records, retention, running_records
+from launcher.home.retention import retention_pass
+from launcher.home.running_records import RunningRecord
 from launcher.ids import id_time, is_formation_id, new_session_id
 from launcher.spawn.process import process_start_time
 
@@ -57,12 +58,12 @@ def make_formation(hours_ago: float, project: Path | None, launcher: tuple[int, 
                    *, members: tuple[str, ...] = ("coder",)) -> str:
     """A formation dir (with marker unless project is None) and its peers' records."""
     formation = formation_id_at(NOW - timedelta(hours=hours_ago))
-    folder = records.make_formation_dir(formation)
+    folder = formations.make_formation_dir(formation)
     if project is not None:
-        records.write_formation_marker(formation, project_dir=project,
+        formations.write_formation_marker(formation, project_dir=project,
                                        launcher_pid=launcher[0], launcher_start=launcher[1])
     for member in members:
-        peer = records.make_peer_dir(formation, member)
+        peer = formations.make_peer_dir(formation, member)
         staged = records.stage_session(peer, new_session_id())
         staged.trace.write_text('{"event":"session_start"}\n')
         assert folder in peer.parents
@@ -70,12 +71,12 @@ def make_formation(hours_ago: float, project: Path | None, launcher: tuple[int, 
 
 
 def exists(formation: str) -> bool:
-    return (records.formation_dir(formation).exists()
-            or records.formation_records(formation).exists())
+    return (formations.formation_dir(formation).exists()
+            or formations.formation_records(formation).exists())
 
 
 def run_pass(project: Path, current: str, *, max_sessions: int | None = None,
-             max_age: timedelta | None = None) -> list[records.Removal]:
+             max_age: timedelta | None = None) -> list[retention.Removal]:
     return retention_pass(project_dir=project, current_formation_id=current,
                           max_sessions=max_sessions, max_age=max_age, now=NOW)
 
@@ -85,12 +86,12 @@ def test_max_sessions_two_with_three_dirs_removes_the_oldest_with_its_records(
     oldest = make_formation(3, project, dead_launcher, members=("coder", "reviewer"))
     middle = make_formation(2, project, dead_launcher)
     current = make_formation(0, project, (os.getpid(), process_start_time(os.getpid()) or ""))
-    assert records.formation_records(oldest).is_dir()
+    assert formations.formation_records(oldest).is_dir()
     removals = run_pass(project, current, max_sessions=2)
     assert [(r.formation_id, r.reason) for r in removals] == [(oldest, "max_sessions")]
     assert not exists(oldest)
     assert exists(middle) and exists(current)
-    assert records.format_removal(removals[0]) == (
+    assert retention.format_removal(removals[0]) == (
         f"[mur run] retention: removed formation {oldest} (max_sessions)")
 
 
@@ -131,7 +132,7 @@ def test_no_marker_and_another_projects_marker_are_kept_and_not_counted(
     other_project.mkdir()
     unmarked = make_formation(5, None, dead_launcher)
     broken = make_formation(4, None, dead_launcher)
-    (records.formation_dir(broken) / "formation.json").write_text("{oops")
+    (formations.formation_dir(broken) / "formation.json").write_text("{oops")
     foreign = make_formation(3, other_project, dead_launcher)
     mine = make_formation(2, project, dead_launcher)
     current = make_formation(0, project, dead_launcher)
@@ -171,10 +172,10 @@ def test_a_running_member_keeps_its_formation(project: Path,
     member_stale = make_formation(2, project, dead_launcher)
     current = make_formation(0, project, dead_launcher)
     pid, start = live_launcher
-    records.write_running(RunningRecord(
+    running_records.write_running(RunningRecord(
         id=new_session_id(), pid=pid, start=start, kind="session",
         formation_id=member_running, member="coder"))
-    records.write_running(RunningRecord(
+    running_records.write_running(RunningRecord(
         id=new_session_id(), pid=dead_launcher[0], start=dead_launcher[1], kind="session",
         formation_id=member_stale, member="coder"))
     removals = run_pass(project, current, max_sessions=1)

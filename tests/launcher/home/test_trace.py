@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gateway.auth.tokens import FormationKey
-from launcher.home import records
+from launcher.home import formations, records, running_records
 from launcher.home.trace import (
     TraceWriter,
     find_formation_traces,
@@ -194,10 +194,10 @@ def test_find_formation_traces_finds_the_entry_and_every_peer(tmp_path: Path) ->
     project = tmp_path / "project"
     (project / "deep" / "ses_not_a_real_one").mkdir(parents=True)
     entry = write_session(project, formation=formation, member="planner")
-    records.make_formation_dir(formation)
-    coder = write_session(records.make_peer_dir(formation, "coder"),
+    formations.make_formation_dir(formation)
+    coder = write_session(formations.make_peer_dir(formation, "coder"),
                           formation=formation, member="coder")
-    reviewer = write_session(records.make_peer_dir(formation, "reviewer"),
+    reviewer = write_session(formations.make_peer_dir(formation, "reviewer"),
                              formation=formation, member="reviewer")
     write_session(project, formation=None, member=None)              # standalone
     write_session(project, formation=new_formation_id(), member="planner")  # other one
@@ -214,11 +214,11 @@ def test_a_removed_formation_dir_leaves_only_the_entry_members_trace(
         tmp_path: Path) -> None:
     formation = new_formation_id()
     entry = write_session(tmp_path, formation=formation, member="planner")
-    records.make_formation_dir(formation)
-    write_session(records.make_peer_dir(formation, "coder"), formation=formation,
+    formations.make_formation_dir(formation)
+    write_session(formations.make_peer_dir(formation, "coder"), formation=formation,
                   member="coder")
     import shutil
-    shutil.rmtree(records.formation_records(formation))
+    shutil.rmtree(formations.formation_records(formation))
     assert find_formation_traces(formation) == [("planner", entry)]
 
 
@@ -232,7 +232,7 @@ def test_find_session_trace_uses_the_running_record_or_searches(tmp_path: Path) 
     trace = write_session(tmp_path, formation=None, member=None)
     session = trace.parent.name
     assert find_session_trace(session) == trace
-    records.write_running(records.RunningRecord(
+    running_records.write_running(running_records.RunningRecord(
         id=session, pid=os.getpid(), start=None, kind="session",
         records_dir=str(trace.parent)))
     assert find_session_trace(session) == trace

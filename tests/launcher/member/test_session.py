@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from launcher.admission.store import install, pack, resolve
-from launcher.home.records import running_dir
+from launcher.home.paths import running_dir
 from launcher.home.trace import read_trace
 from launcher.ids import new_formation_id, new_session_id
 from launcher.member import session as member_session
