@@ -112,14 +112,20 @@ def scrub_environment() -> None:
     C ``environ`` strings and Python's ``os.environ`` bytes are zeroed where they lie,
     so no scan of this process's memory finds them, then emptied. The agent's own
     environment comes in ``start``."""
-    environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    # Read through C pointers only: a Python copy of an entry (bytes) would itself hold
+    # the value, freed but not cleared, somewhere on this process's heap.
+    libc = ctypes.CDLL(None)
+    strlen, strchr = libc.strlen, libc.strchr
+    strlen.restype, strlen.argtypes = ctypes.c_size_t, [ctypes.c_void_p]
+    strchr.restype, strchr.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]
+    entries = ctypes.POINTER(ctypes.c_void_p).in_dll(libc, "environ")
     index = 0
-    while environ and environ[index] is not None:
-        entry = environ[index] or b""
-        address = ctypes.cast(environ, ctypes.POINTER(ctypes.c_void_p))[index]
-        name_end = entry.find(b"=")
-        if address and name_end >= 0:  # the value only: unsetenv still finds the name
-            ctypes.memset(address + name_end + 1, 0, len(entry) - name_end - 1)
+    while entries and entries[index]:
+        address = entries[index]
+        equals = strchr(address, ord("="))
+        if equals:  # the value only: unsetenv still finds the name
+            end = address + strlen(address)
+            ctypes.memset(equals + 1, 0, end - equals - 1)
         index += 1
     for value in list(getattr(os.environ, "_data", {}).values()):
         # One-byte bytes objects are the interpreter's shared singletons: never
