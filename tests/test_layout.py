@@ -52,7 +52,8 @@ def test_shared_launcher_modules_import_neither_program() -> None:
     # forks member runtimes).
     shared = [path for path in (ROOT / "launcher").glob("*.py")
               if path.name not in ("cli.py", "demo.py", "template.py")]
-    for family in ("sandbox", "admission", "home", "spawn"):  # families of shared modules
+    # the families of shared modules
+    for family in ("sandbox", "admission", "home", "spawn", "diagnostics"):
         shared += _modules(f"launcher/{family}")
     assert len(shared) > 10
     assert _reaching(shared, ("launcher.member", "launcher.formation",

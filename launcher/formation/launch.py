@@ -16,6 +16,11 @@
    group of any member still running 25 s later, end whatever is left below the launcher
    (it is a child subreaper: a daemon of a member killed with SIGKILL comes to it), drop
    the key, run retention, remove the running record.
+
+This module holds the command (:func:`main`: its refusals before anything starts, then
+admission and the warnings) and :class:`Launch`, which drives the steps in order. Beside
+it: step 4 in ``waiting.py``, step 7 and the exit status in ``ending.py``, the running
+record in ``record.py``, what the launcher prints in ``printing.py``.
 """
 
 from __future__ import annotations
@@ -23,40 +28,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
-import enum
-import json
 import os
 import signal
 import sys
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.auth.tokens import FormationKey
 from gateway.redaction import redact
 from launcher.admission.roster import AdmittedRoster, admit
 from launcher.admission.sources import rebuild, source_warnings
-from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic, emit
+from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
 from launcher.durations import format_deadline, parse_deadline
-from launcher.formation.members import (
-    LaunchedMember,
-    close_quietly,
-    start_member,
-    template_env,
-)
-from launcher.formation.output import formation_line, render_table
+from launcher.formation.ending import FormationEnd, end_members, exit_code, run_retention
+from launcher.formation.members import LaunchedMember, start_member, template_env
+from launcher.formation.output import formation_line
+from launcher.formation.printing import copy_result, report, say, show_formation_line
 from launcher.formation.ready import (
     DeadlineFell,
     NotReady,
     describe_exit,
-    new_probe_client,
     read_ready_line,
     ready_seconds,
-    wait_for_door,
 )
+from launcher.formation.record import LauncherRecord
 from launcher.formation.template import MemberTemplate, TemplateFailed
+from launcher.formation.waiting import ReadyBounds, await_peers
 from launcher.home.formations import (
     PeerDirectoryExists,
     format_no_marker_warning,
@@ -65,8 +64,6 @@ from launcher.home.formations import (
     peer_workdir,
     write_formation_marker,
 )
-from launcher.home.retention import format_removal, retention_pass
-from launcher.home.running_records import RunningRecord, now_iso, remove_running, write_running
 from launcher.ids import new_formation_id
 from launcher.sandbox import descendants
 from launcher.sandbox.agent_cgroup import end_left_over
@@ -75,58 +72,19 @@ from launcher.sandbox.isolation import isolation_diagnostics, isolation_mode
 from launcher.spawn.channel import ChannelRefused, refuse_roster_inside_formation
 from launcher.spawn.env_names import ARGV_PREFIX_ENV, DIAGNOSTICS_ENV, ISOLATION_ENV, PEERS_ENV
 from launcher.spawn.listen_flags import Listener, check_listener, listener_args, listener_from
-from launcher.spawn.process import (
-    PIPE,
-    drain,
-    forbid_inspection,
-    forward_lines,
-    process_start_time,
-)
+from launcher.spawn.process import PIPE, forbid_inspection, forward_lines, process_start_time
 from launcher.spawn.run_flags import UsageError, read_task
 
-if TYPE_CHECKING:
-    import httpx  # the probe client's type: httpx is imported once the peers started
-
-#: A member still running this long after its lifeline closed is killed (its group).
-KILL_AFTER = 25.0
 #: After the deadline, members end themselves; the launcher closes what is left this
 #: much later, so that none of them mistakes the deadline for the formation's end.
 DEADLINE_GRACE = 1.0
-#: How long output still trickling from an ended member is waited for.
-OUTPUT_GRACE = 2.0
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class FormationEnd(enum.Enum):
-    REFUSED = "refused"                  # E-RUN-045 printed; nothing left running
-    DEADLINE_BEFORE_ENTRY = "deadline"   # E-RUN-053 printed
-    SIGNALLED = "signalled"
-    ENTRY_ENDED = "entry_ended"
-    ENTRY_NOT_READY = "entry_not_ready"  # E-RUN-045 printed for the entry member
-    DEADLINE_RUNNING = "deadline_running"
-
-
-def _say(text: str) -> None:
-    """One line on stderr. A stderr nobody reads any more (the terminal hung up) never
-    stops the launcher from ending its formation."""
-    with contextlib.suppress(OSError, ValueError):
-        print(text, file=sys.stderr, flush=True)
-
-
-def _report(diag: Diagnostic) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        emit(diag, sys.stderr)
-
-
 def _usage(message: str) -> int:
-    _say(f"mur run: {message}")
+    say(f"mur run: {message}")
     return 2
-
-
-def exit_status(code: int) -> int:
-    """A child's ``returncode`` as a shell reports it (a signal ``n`` is ``128 + n``)."""
-    return 128 - code if code < 0 else code
 
 
 def resolve_task(task: str) -> str:
@@ -176,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
                                  "own environment; the runtime sets it for components only",
                                  path=PEERS_ENV)
     except DiagnosticError as refusal:
-        _report(refusal.diagnostic)
+        report(refusal.diagnostic)
         return 1
     project = Path(args.project)
     if not project.is_dir():
@@ -204,23 +162,23 @@ def main(args: argparse.Namespace) -> int:
     try:
         if getattr(args, "rebuild", False):
             for name, source, changed in rebuild(project):
-                _say(f"mur run: rebuilt {source.capsule} {source.version} from {source.path} "
-                     f"for member {name}" + ("" if changed else " (unchanged)"))
+                say(f"mur run: rebuilt {source.capsule} {source.version} from {source.path} "
+                    f"for member {name}" + ("" if changed else " (unchanged)"))
         admitted = admit(project)
     except DiagnosticError as refusal:
-        _report(refusal.diagnostic)
+        report(refusal.diagnostic)
         return 1
     try:
         isolation_warnings = isolation_diagnostics(isolation, os.environ)
         if publish is not None:
             check_listener(publish)  # a port in use, a certificate unreadable: E-RUN-056
     except DiagnosticError as refusal:  # or --isolation required on a host without it
-        _report(refusal.diagnostic)
+        report(refusal.diagnostic)
         return 1
     for warning in [*admitted.warnings, *source_warnings(admitted),
                     *host_diagnostics(os.environ), *isolation_warnings,
                     *reach_warnings(admitted)]:
-        _report(warning)
+        report(warning)
     # Members take the launcher's choice (and do not repeat its warning).
     environ = {**os.environ, ISOLATION_ENV: isolation}
     launch = Launch(admitted, task=None if args.task is None else resolve_task(args.task),
@@ -229,7 +187,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(launch.run())
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a user
-        _say(f"mur run: the launcher failed ({type(exc).__name__}: {redact(str(exc))})")
+        say(f"mur run: the launcher failed ({type(exc).__name__}: {redact(str(exc))})")
         return 1
 
 
@@ -255,10 +213,9 @@ class Launch:
         self.signal: int | None = None
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
-        self._deadline_at: float | None = None
-        self._record: RunningRecord | None = None
+        self._bounds = ReadyBounds(ready_seconds(self.environ))
+        self._record = LauncherRecord(self.formation_id, admitted)
         self._template: MemberTemplate | None = None
-        self._ready_seconds = ready_seconds(self.environ)
 
     # --- the whole launch ---------------------------------------------------------------
 
@@ -268,8 +225,8 @@ class Launch:
             loop.add_signal_handler(signum, self._on_signal, signum)
         if self.deadline is not None:
             left = (self.deadline - datetime.now(UTC)).total_seconds()
-            self._deadline_at = loop.time() + left
-        self._write_record()
+            self._bounds.deadline_at = loop.time() + left
+        self._record.write()
         # What outlives a member runtime killed with SIGKILL (its agent's daemon) comes
         # here while the formation runs, and is ended once every member has stopped.
         try:
@@ -277,11 +234,12 @@ class Launch:
                 outcome = await self._run_members()
         finally:
             self._key = None  # the formation is over: no token can be minted again
-            self._retention()
-            remove_running(self.formation_id)
+            run_retention(self.admitted, self.formation_id)
+            self._record.remove()
             for signum in _SIGNALS:
                 loop.remove_signal_handler(signum)
-        return self._exit_code(outcome)
+        return exit_code(outcome, self.members.get(self.admitted.entry.name),
+                         signalled=self.signal, task=self.task)
 
     async def _run_members(self) -> FormationEnd:
         outcome = FormationEnd.REFUSED
@@ -289,7 +247,7 @@ class Launch:
             self._template = await self._start_template()
             outcome = await self._launch()
         finally:
-            await self._end()
+            await end_members(self.members.values(), self._hurry)
             if self._template is not None:
                 await asyncio.to_thread(self._template.close)
             # A member killed with SIGKILL left its agent side's cgroup: end it whole.
@@ -305,38 +263,23 @@ class Launch:
         else:  # a second signal: stop waiting for members to wind down
             self._hurry.set()
 
-    def _exit_code(self, outcome: FormationEnd) -> int:
-        entry = self.members.get(self.admitted.entry.name)
-        code = entry.process.returncode if entry is not None else None
-        status = None if code is None else exit_status(code)
-        if outcome is FormationEnd.ENTRY_ENDED and status is not None:
-            return status
-        if outcome is FormationEnd.SIGNALLED:
-            signalled = 128 + (self.signal or signal.SIGTERM)
-            if status is None or (self.task is not None and status == 0):
-                return signalled  # a --task that was interrupted did not succeed
-            return status
-        if outcome in (FormationEnd.ENTRY_NOT_READY, FormationEnd.DEADLINE_RUNNING):
-            return status if status else 1
-        return 1
-
     async def _launch(self) -> FormationEnd:
         peers = self.admitted.peers
-        if self._deadline_passed():
+        if self._bounds.deadline_passed():
             self._deadline_diagnostic()
             return FormationEnd.DEADLINE_BEFORE_ENTRY
         if peers:
             refused = self._make_directories()
             if refused is not None:
-                _report(diagnostic("E-RUN-045", refused.member, member=refused.member,
-                                problem=refused.problem))
+                report(diagnostic("E-RUN-045", refused.member, member=refused.member,
+                                  problem=refused.problem))
                 return FormationEnd.REFUSED
             outcome = await self._start_peers()
             if outcome is not None:
                 return outcome
         return await self._run_entry()
 
-    # --- step 3: directories and peers ---------------------------------------------------
+    # --- step 3: directories and peers --------------------------------------------------
 
     def _make_directories(self) -> NotReady | None:
         """The formation directory, its marker, then every peer's directory, all before
@@ -354,7 +297,7 @@ class Launch:
                                    launcher_start=process_start_time(os.getpid()),
                                    edges=self.admitted.ordered_edges())
         except OSError as exc:
-            _say(format_no_marker_warning(exc.strerror or str(exc)))
+            say(format_no_marker_warning(exc.strerror or str(exc)))
         for peer in self.admitted.peers:
             try:
                 make_peer_dir(self.formation_id, peer.name)
@@ -395,85 +338,26 @@ class Launch:
             member.helpers.append(asyncio.create_task(
                 forward_lines(reader, member.name, sys.stderr)))
         if not failures:
-            outcome = await self._await_peers(failures)
+            outcome = await await_peers(self.members.values(), self._stop, failures,
+                                        formation_id=self.formation_id, bounds=self._bounds)
+            if outcome is FormationEnd.DEADLINE_BEFORE_ENTRY:
+                self._deadline_diagnostic()
             if outcome is not None:
                 return outcome
         if failures:
             for failure in failures:
-                _report(diagnostic("E-RUN-045", failure.member, member=failure.member,
-                                problem=failure.problem))
+                report(diagnostic("E-RUN-045", failure.member, member=failure.member,
+                                  problem=failure.problem))
             return FormationEnd.REFUSED
         self._hand_out_doors()
         return None
 
-    # --- step 4: readiness --------------------------------------------------------------
-
-    def _limit(self, started_at: float) -> tuple[float, bool]:
-        """(until, bound by the deadline) for a member started at ``started_at``."""
-        until = started_at + self._ready_seconds
-        if self._deadline_at is not None and self._deadline_at <= until:
-            return self._deadline_at, True
-        return until, False
-
-    async def _peer_ready(self, member: LaunchedMember, client: httpx.AsyncClient) -> None:
-        until, by_deadline = self._limit(member.started_at)
-        reader = await member.process.stdout_reader()
-        try:
-            ready = await read_ready_line(
-                member.process, reader, member=member.name, formation_id=self.formation_id,
-                until=until, deadline_bound=by_deadline, limit_seconds=self._ready_seconds)
-            member.ready = ready
-            member.helpers.append(asyncio.create_task(drain(reader)))
-            await wait_for_door(client, member.process, ready, until=until,
-                                deadline_bound=by_deadline)
-        except (NotReady, DeadlineFell, asyncio.CancelledError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - any other fault is this member's failure
-            raise NotReady(member.name, f"its readiness could not be checked "
-                                        f"({type(exc).__name__})") from None
-
-    async def _await_peers(self, failures: list[NotReady]) -> FormationEnd | None:
-        """Wait for every peer's door; None when all are ready. Failures are appended."""
-        client = new_probe_client()
-        waits = {asyncio.create_task(self._peer_ready(member, client)): member
-                 for member in self.members.values()}
-        stopper = asyncio.create_task(self._stop.wait())
-        deadline_fell = False
-        try:
-            pending = set(waits)
-            while pending:
-                done, _ = await asyncio.wait(pending | {stopper},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if stopper in done:
-                    return FormationEnd.SIGNALLED
-                pending -= done
-                for task in done:
-                    error = task.exception()
-                    if isinstance(error, DeadlineFell):
-                        deadline_fell = True
-                    elif isinstance(error, NotReady):
-                        failures.append(error)
-                if failures or deadline_fell:
-                    break
-        finally:
-            stopper.cancel()
-            for task in waits:
-                task.cancel()
-            await asyncio.gather(stopper, *waits, return_exceptions=True)
-            await client.aclose()
-        if deadline_fell and not failures:
-            self._deadline_diagnostic()
-            return FormationEnd.DEADLINE_BEFORE_ENTRY
-        return None
-
-    def _deadline_passed(self) -> bool:
-        return (self._deadline_at is not None
-                and asyncio.get_running_loop().time() >= self._deadline_at)
+    # --- the deadline that fell (E-RUN-053) ---------------------------------------------
 
     def _deadline_diagnostic(self) -> None:
         assert self.deadline is not None
-        _report(diagnostic("E-RUN-053", None, subject=f"formation {self.formation_id}",
-                        deadline=format_deadline(self.deadline)))
+        report(diagnostic("E-RUN-053", None, subject=f"formation {self.formation_id}",
+                          deadline=format_deadline(self.deadline)))
 
     # --- step 5: addresses --------------------------------------------------------------
 
@@ -490,8 +374,8 @@ class Launch:
         fail from then on, and the lines behind its name above say why."""
         code = await member.process.wait_async()
         if member.lifeline_closed_at is None:
-            _say(f"[mur run] warning: member `{member.name}` ended with "
-                 f"{describe_exit(code)} while the formation runs; calls to it fail")
+            say(f"[mur run] warning: member `{member.name}` ended with "
+                f"{describe_exit(code)} while the formation runs; calls to it fail")
 
     def _hand_out_doors(self) -> None:
         for member in self.members.values():
@@ -516,7 +400,7 @@ class Launch:
         entry = self.admitted.entry
         if self._stop.is_set():
             return FormationEnd.SIGNALLED
-        if self._deadline_passed():
+        if self._bounds.deadline_passed():
             self._deadline_diagnostic()
             return FormationEnd.DEADLINE_BEFORE_ENTRY
         try:
@@ -524,17 +408,17 @@ class Launch:
                                  extra=self._entry_flags(), own_group=False,
                                  workdir=self.admitted.project_dir)
         except OSError as exc:
-            _report(diagnostic("E-RUN-045", entry.name, member=entry.name,
-                            problem=f"it could not be started ({exc.strerror or exc})"))
+            report(diagnostic("E-RUN-045", entry.name, member=entry.name,
+                              problem=f"it could not be started ({exc.strerror or exc})"))
             return FormationEnd.REFUSED
         member.close_channel()
         reader = await member.process.stdout_reader()
-        until, by_deadline = self._limit(member.started_at)
+        until, by_deadline = self._bounds.limit(member.started_at)
         if by_deadline:
             until += DEADLINE_GRACE  # the entry member reaches the deadline itself
         reading = asyncio.create_task(read_ready_line(
             member.process, reader, member=entry.name, formation_id=self.formation_id,
-            until=until, deadline_bound=by_deadline, limit_seconds=self._ready_seconds))
+            until=until, deadline_bound=by_deadline, limit_seconds=self._bounds.ready_seconds))
         stopper = asyncio.create_task(self._stop.wait())
         try:
             await asyncio.wait({reading, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -549,44 +433,22 @@ class Launch:
             self._deadline_diagnostic()
             return FormationEnd.DEADLINE_RUNNING
         if isinstance(error, NotReady):
-            _report(diagnostic("E-RUN-045", entry.name, member=entry.name,
-                            problem=error.problem))
+            report(diagnostic("E-RUN-045", entry.name, member=entry.name,
+                              problem=error.problem))
             return FormationEnd.ENTRY_NOT_READY
         if error is not None:
             raise error
         member.ready = reading.result()
         self._announce()
-        member.helpers.append(asyncio.create_task(self._copy_result(reader)))
+        member.helpers.append(asyncio.create_task(copy_result(reader)))
         return await self._serve(member)
 
     def _announce(self) -> None:
         # The running record first: whoever reads the line finds the record complete.
-        entry = self.members[self.admitted.entry.name]
-        if self._record is not None and entry.ready is not None:
-            self._record = dataclasses.replace(
-                self._record, member=entry.name, door_url=entry.ready.door_url,
-                records_dir=str(entry.ready.records_dir), public_url=entry.ready.public_url)
-            self._save_record()
-        line = formation_line(self.formation_id, self.admitted.project_dir,
-                              list(self.members.values()))
-        stream, text = ((sys.stdout, json.dumps(line) + "\n") if self.json_mode
-                        else (sys.stderr, render_table(line)))
-        with contextlib.suppress(OSError, ValueError):  # nobody reads it: run anyway
-            stream.write(text)
-            stream.flush()
-
-    async def _copy_result(self, reader: asyncio.StreamReader) -> None:
-        """The entry member's stdout after its readiness line: its result."""
-        out = sys.stdout.buffer
-        writable = True
-        while chunk := await reader.read(65536):
-            if not writable:
-                continue
-            try:
-                out.write(chunk)
-                out.flush()
-            except (OSError, ValueError):
-                writable = False  # nobody reads our stdout any more; keep draining
+        self._record.add_entry(self.members[self.admitted.entry.name])
+        show_formation_line(formation_line(self.formation_id, self.admitted.project_dir,
+                                           list(self.members.values())),
+                            json_mode=self.json_mode)
 
     async def _serve(self, entry: LaunchedMember) -> FormationEnd:
         """Wait for the entry member to end, a signal, or the deadline to have fallen."""
@@ -595,9 +457,9 @@ class Launch:
         stopper = asyncio.create_task(self._stop.wait())
         waits: set[asyncio.Future[Any]] = {ended, stopper}
         timer = None
-        if self._deadline_at is not None:
+        if self._bounds.deadline_at is not None:
             timer = asyncio.create_task(
-                asyncio.sleep(max(0.0, self._deadline_at + DEADLINE_GRACE - loop.time())))
+                asyncio.sleep(max(0.0, self._bounds.deadline_at + DEADLINE_GRACE - loop.time())))
             waits.add(timer)
         try:
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -614,7 +476,8 @@ class Launch:
         self._deadline_diagnostic()
         return FormationEnd.DEADLINE_RUNNING
 
-    # --- step 7: the end ----------------------------------------------------------------
+
+    # --- the member template ------------------------------------------------------------
 
     async def _start_template(self) -> MemberTemplate | None:
         """The member template (launcher/formation/template.py), exec'd while the
@@ -624,78 +487,5 @@ class Launch:
         try:
             return await asyncio.to_thread(MemberTemplate.start, template_env(self.environ))
         except TemplateFailed as exc:
-            _say(f"[mur run] {exc}; starting each member afresh")
+            say(f"[mur run] {exc}; starting each member afresh")
             return None
-
-    async def _end(self) -> None:
-        """Close every lifeline, wait for every member, kill what outlives the grace."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for member in self.members.values():
-            member.close_lifeline(now)
-            member.close_channel()
-        await asyncio.gather(*(self._reap(member) for member in self.members.values()))
-        helpers = [task for member in self.members.values() for task in member.helpers
-                   if isinstance(task, asyncio.Task)]
-        if helpers:
-            _, late = await asyncio.wait(helpers, timeout=OUTPUT_GRACE)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
-        for member in self.members.values():
-            close_quietly(member)
-
-    async def _reap(self, member: LaunchedMember) -> None:
-        if member.process.returncode is not None:
-            return
-        loop = asyncio.get_running_loop()
-        closed_at = member.lifeline_closed_at or loop.time()
-        ended = asyncio.create_task(member.process.wait_async())
-        hurry = asyncio.create_task(self._hurry.wait())
-        try:
-            await asyncio.wait({ended, hurry}, timeout=max(0.0, closed_at + KILL_AFTER
-                                                           - loop.time()),
-                                return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            hurry.cancel()
-        if not ended.done():
-            member.process.kill_group()
-            _say(f"[mur run] member `{member.name}` was still running "
-                 f"{KILL_AFTER:g} seconds after its lifeline closed; killed it")
-        await ended
-
-    def _retention(self) -> None:
-        retain = self.admitted.entry.manifest.trace.retain
-        if retain.max_sessions is None and retain.max_age is None:
-            return
-        try:
-            removals = retention_pass(
-                project_dir=self.admitted.project_dir,
-                current_formation_id=self.formation_id,
-                max_sessions=retain.max_sessions,
-                max_age=None if retain.max_age is None else timedelta(seconds=retain.max_age))
-        except OSError as exc:
-            _say(f"[mur run] warning: the retention pass failed ({exc.strerror or exc})")
-            return
-        for removal in removals:
-            _say(format_removal(removal))
-
-    # --- the running record --------------------------------------------------------------
-
-    def _write_record(self) -> None:
-        pid = os.getpid()
-        self._record = RunningRecord(
-            id=self.formation_id, pid=pid, start=process_start_time(pid), kind="launcher",
-            formation_id=self.formation_id, member=self.admitted.entry.name,
-            project_dir=str(self.admitted.project_dir), started=now_iso())
-        self._save_record()
-
-    def _save_record(self) -> None:
-        if self._record is None:
-            return
-        try:
-            write_running(self._record)
-        except OSError as exc:
-            _say(f"[mur run] warning: cannot write the running record of formation "
-                 f"{self.formation_id} ({exc.strerror or exc}); `mur stop` and `mur ps` "
-                 "will not find it")

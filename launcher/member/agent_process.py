@@ -58,6 +58,7 @@ from launcher.member.agent.protocol import (
 )
 from launcher.sandbox import descendants
 from launcher.sandbox.agent_cgroup import AgentCgroup
+from launcher.spawn.process import read_ready
 
 #: How long the agent process may take to confine itself and load the agent.
 START_SECONDS = 60.0
@@ -191,12 +192,9 @@ def relay_output(fd: int) -> None:
     os.set_blocking(fd, False)
 
     def readable() -> None:
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
+        data = read_ready(fd)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             loop.remove_reader(fd)
             os.close(fd)

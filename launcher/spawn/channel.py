@@ -41,6 +41,7 @@ from launcher.diagnostics import DiagnosticError
 from launcher.errors import LauncherError
 from launcher.ids import is_formation_id
 from launcher.spawn.env_names import CHANNEL_ENV, FORMATION_ENV, PEERS_ENV
+from launcher.spawn.process import read_ready
 
 #: How long a member waits for its first line, and a proxy for a callee's door.
 DEFAULT_TIMEOUT = 10.0
@@ -211,12 +212,9 @@ def _read_first_line(fd: int, timeout: float) -> tuple[bytes, bytes]:
                                  f"channel within {timeout:g} seconds")
         if not poller.poll(math.ceil(remaining * 1000)):
             continue
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
+        chunk = read_ready(fd)
+        if chunk is None:
             continue
-        except OSError:
-            chunk = b""
         if not chunk:
             if buffer:  # the writer ended without a newline: the line is complete
                 return bytes(buffer), b""
@@ -432,12 +430,9 @@ class DoorDirectory:
         self._loop.add_reader(self._fd, self._read_once)
 
     def _read_once(self) -> bool:
-        try:
-            chunk = os.read(self._fd, 65536)
-        except BlockingIOError:
+        chunk = read_ready(self._fd)
+        if chunk is None:
             return True
-        except OSError:
-            chunk = b""
         if not chunk:
             if self._buffer:
                 self._take_line(bytes(self._buffer))

@@ -14,8 +14,10 @@ The member side: :func:`lifeline_from_env` adopts the inherited lifeline,
 reads its stderr any more.
 
 Both: :func:`process_start_time` and :func:`pid_alive`, which tell a live process from
-a dead one whose pid the kernel has since handed to another, and
-:func:`forbid_inspection`, which the launcher and every member runtime call first.
+a dead one whose pid the kernel has since handed to another,
+:func:`forbid_inspection`, which the launcher and every member runtime call first, and
+:func:`read_ready`, the one read of a non-blocking descriptor (the channel, the
+lifeline, an agent process's output).
 """
 
 from __future__ import annotations
@@ -167,6 +169,18 @@ def make_lifeline_pipe() -> ChildPipe:
     never writes to it. The child reads end of file exactly when the launcher closes
     ``parent_fd`` or dies, however it dies."""
     return _child_reads_pipe()
+
+
+def read_ready(fd: int, size: int = 65536) -> bytes | None:
+    """What a non-blocking ``fd`` holds now, at most ``size`` bytes. None: nothing to
+    read now; ``b""``: end of file (or the descriptor failed, which ends reading it
+    just the same)."""
+    try:
+        return os.read(fd, size)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
 
 
 # --------------------------------------------------------------------------- processes
@@ -486,12 +500,7 @@ def is_eof(fd: int) -> bool:
     poller.register(fd, select.POLLIN)
     if not poller.poll(0):
         return False
-    try:
-        return os.read(fd, 4096) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
+    return read_ready(fd, 4096) == b""
 
 
 async def wait_for_eof(fd: int) -> None:
@@ -503,13 +512,7 @@ async def wait_for_eof(fd: int) -> None:
     closed: asyncio.Future[None] = loop.create_future()
 
     def on_readable() -> None:
-        try:
-            data = os.read(fd, 4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data and not closed.done():
+        if read_ready(fd, 4096) == b"" and not closed.done():
             closed.set_result(None)
 
     loop.add_reader(fd, on_readable)

@@ -21,7 +21,8 @@ from launcher.admission.store import install, pack
 from launcher.durations import format_deadline, parse_deadline
 from launcher.formation import launch as formation
 from launcher.formation import members as formation_members
-from launcher.formation.launch import exit_status, reach_warnings
+from launcher.formation.ending import exit_status
+from launcher.formation.launch import reach_warnings
 from launcher.formation.output import formation_line, render_table
 from launcher.formation.ready import (
     NotReady,

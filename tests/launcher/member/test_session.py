@@ -22,7 +22,7 @@ from launcher.admission.store import install, pack, resolve
 from launcher.home.paths import running_dir
 from launcher.home.trace import read_trace
 from launcher.ids import new_formation_id, new_session_id
-from launcher.member import session as member_session
+from launcher.member import session_serve, session_start
 from launcher.member.options import MemberOptions
 from launcher.member.place import FormationPlace
 from launcher.member.session import MemberSession, SessionPlan
@@ -194,8 +194,8 @@ async def test_a_deadline_already_past_ends_at_once(tmp_path: Path, stdout: Stdo
 async def test_the_lifeline_ends_the_session_formation_ended_and_arms_the_watchdog(
         tmp_path: Path, stdout: Stdout, monkeypatch: pytest.MonkeyPatch) -> None:
     diverted: list[Path] = []
-    monkeypatch.setattr(member_session, "launcher_gone", lambda pid: True)
-    monkeypatch.setattr(member_session, "divert_stderr_to", diverted.append)
+    monkeypatch.setattr(session_serve, "launcher_gone", lambda pid: True)
+    monkeypatch.setattr(session_serve, "divert_stderr_to", diverted.append)
     read_end, write_end = os.pipe()
     exits: list[int] = []
     formation = new_formation_id()
@@ -409,7 +409,7 @@ async def test_a_full_disk_while_unpacking_the_capsule_is_not_called_a_fault_in_
         # Raised as a buffered write raises it: naming no file.
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(member_session, "unpack", unpack_until_full)
+    monkeypatch.setattr(session_start, "unpack", unpack_until_full)
     session = MemberSession(plan(tmp_path, task="x"), stdout.out)
     outcome = await session.run()
     assert (outcome.exit_code, outcome.code) == (1, "E-RUN-048")

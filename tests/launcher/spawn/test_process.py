@@ -36,6 +36,7 @@ from launcher.spawn.process import (
     pid_alive,
     process_start_time,
     read_line,
+    read_ready,
     wait_for_eof,
 )
 
@@ -575,6 +576,25 @@ async def test_wait_for_eof_ignores_data_and_returns_on_close() -> None:
         assert is_eof(pipe.child_fd)
     finally:
         pipe.close()
+
+
+def test_read_ready_tells_data_from_nothing_yet_from_end_of_file() -> None:
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    try:
+        assert read_ready(read_end) is None  # nothing written yet
+        os.write(write_end, b"abcdef")
+        assert read_ready(read_end, 4) == b"abcd"
+        assert read_ready(read_end) == b"ef"
+        assert read_ready(read_end) is None
+        os.close(write_end)
+        write_end = -1
+        assert read_ready(read_end) == b""  # the writer is gone: end of file
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    assert read_ready(read_end) == b""  # a closed descriptor ends reading it too
 
 
 def test_launcher_gone_compares_with_the_parent_at_start() -> None:

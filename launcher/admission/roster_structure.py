@@ -1,0 +1,334 @@
+"""Checks 1-5 of admitting ``roster.yaml``: the roster read and its structure checked,
+no store read (docs/admission.md; the table of every check is ``roster.py``'s).
+
+In order: the roster as written (:class:`MemberSpec`, :class:`Rule`,
+:class:`RosterStructure`), check 1 (the document has the roster's shape: every field,
+its type, nothing else; ``E-ROS-001``), checks 2 to 5 (member names unique,
+``E-ROS-003``; exactly one entry member, ``E-ROS-002``; every rule names members,
+``E-ROS-004``; no rule calls the entry member, ``E-ROS-008``), then
+:func:`check_structure` and reading the roster from text or from its project.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from launcher.admission.artifacts import capsule_problem
+from launcher.admission.manifest_fields import name_problem, version_problem
+from launcher.admission.yaml_files import (
+    YamlFault,
+    describe_value,
+    dotted,
+    read_text_file,
+    read_yaml,
+    suggest,
+)
+from launcher.diagnostics import DiagnosticError
+from launcher.errors import LauncherError
+
+ROSTER_FILE = "roster.yaml"
+TOP_KEYS = ("roster_version", "members", "reachability")
+MEMBER_KEYS = ("name", "capsule", "version", "entry")
+RULE_KEYS = ("from", "to")
+
+Location = tuple[str | int, ...]
+
+
+# --- The roster as written ---------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class MemberSpec:
+    """A member as the roster writes it; ``index`` is its place in ``members``."""
+
+    name: str
+    capsule: str
+    version: str
+    entry: bool
+    index: int
+
+    def field(self, key: str | None = None) -> str:
+        return f"members[{self.index}]" + (f".{key}" if key else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """``caller`` may call each of ``callees``; ``index`` is its place in ``reachability``."""
+
+    caller: str
+    callees: tuple[str, ...]
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class RosterStructure:
+    """A roster that passed checks 1-5. ``reachability`` is ``"all"`` or the rules."""
+
+    members: tuple[MemberSpec, ...]
+    reachability: Literal["all"] | tuple[Rule, ...]
+    file: str = ROSTER_FILE
+
+    @property
+    def entry(self) -> MemberSpec:
+        return next(member for member in self.members if member.entry)
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return () if self.reachability == "all" else self.reachability
+
+    def rule_targets(self) -> Iterator[tuple[Rule, int, str]]:
+        """Every ``(rule, position in to, callee)`` in document order."""
+        for rule in self.rules:
+            for position, callee in enumerate(rule.callees):
+                yield rule, position, callee
+
+
+# --- Check 1: the roster's shape ---------------------------------------------------------
+
+class _ShapeFault(LauncherError):
+    def __init__(self, location: Location, problem: str, fix: str) -> None:
+        super().__init__(problem)
+        self.location, self.problem, self.fix = location, problem, fix
+
+
+def _present(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """A key written with no value (``entry:``) is the same as an absent key."""
+    return {key: value for key, value in mapping.items() if value is not None}
+
+
+def _mapping(value: Any, location: Location, keys: tuple[str, ...], what: str,
+             fix: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        subject = f"`{dotted(location)}` must be" if location else "must hold"
+        raise _ShapeFault(location, f"{subject} {what}, not {describe_value(value)}", fix)
+    for key in value:
+        if key not in keys:
+            close = suggest(key, keys)
+            raise _ShapeFault((*location, key), f"`{dotted((*location, key))}` is not a key "
+                              "roster.yaml accepts",
+                              f"{close[2:] + ' ' if close else 'remove it; '}the keys of "
+                              f"{what} are {', '.join(keys)}")
+    return _present(value)
+
+
+def _text(values: Mapping[str, Any], key: str, location: Location, fix: str) -> str:
+    where = dotted((*location, key))
+    if key not in values:
+        raise _ShapeFault((*location, key), f"`{where}` is required", fix)
+    value = values[key]
+    if not isinstance(value, str):
+        raise _ShapeFault((*location, key), f"`{where}` must be text, not "
+                          f"{describe_value(value)}", fix)
+    return value
+
+
+def _member(value: Any, index: int) -> MemberSpec:
+    location: Location = ("members", index)
+    fields = _mapping(value, location, MEMBER_KEYS, "a member",
+                      "write each member as a mapping with `name`, `capsule` and `version`")
+    name = _text(fields, "name", location, "give the member a name, such as `coder`")
+    problem = name_problem(name)
+    if problem is not None:
+        raise _ShapeFault((*location, "name"), f"`{dotted((*location, 'name'))}` {problem}",
+                          "use lower-case letters, digits and `-`, starting with a letter, at "
+                          "most 32 characters")
+    capsule = _text(fields, "capsule", location,
+                    "name the installed capsule the member runs, such as `local/coder`")
+    _check_capsule(capsule, (*location, "capsule"))
+    version = _text(fields, "version", location,
+                    "give the exact version of the capsule, such as 1.2.0")
+    problem = version_problem(version)
+    if problem is not None:
+        raise _ShapeFault((*location, "version"), f"`{dotted((*location, 'version'))}` "
+                          f"{problem}", "give the exact version installed, such as 1.2.0 "
+                          "(`mur install` prints it)")
+    entry = fields.get("entry", False)
+    if not isinstance(entry, bool):
+        raise _ShapeFault((*location, "entry"), f"`{dotted((*location, 'entry'))}` must be "
+                          f"`true` or `false`, not {describe_value(entry)}",
+                          "write `entry: true` on the entry member and leave it out elsewhere")
+    return MemberSpec(name=name, capsule=capsule, version=version, entry=entry, index=index)
+
+
+def _check_capsule(capsule: str, location: Location) -> None:
+    problem = capsule_problem(capsule)
+    if problem is None:
+        return
+    if "/" not in capsule:
+        raise _ShapeFault(location, f"`{dotted(location)}` is `{capsule}`, a bare name",
+                          f"name it with its scope: `local/{capsule}` for a capsule installed "
+                          f"from its .mur.zip file, or `<scope>/{capsule}`")
+    raise _ShapeFault(location, f"`{dotted(location)}` is `{capsule}`: {problem}",
+                      "write `<scope>/<name>`, such as `local/coder`")
+
+
+def _rule(value: Any, index: int) -> Rule:
+    location: Location = ("reachability", index)
+    fields = _mapping(value, location, RULE_KEYS, "a rule",
+                      "write each rule as `{from: <member>, to: [<member>, ...]}`")
+    caller = _text(fields, "from", location, "name the calling member in `from`")
+    where = dotted((*location, "to"))
+    if "to" not in fields:
+        raise _ShapeFault((*location, "to"), f"`{where}` is required",
+                          "list the members `from` may call in `to`")
+    callees = fields["to"]
+    if not isinstance(callees, list):
+        raise _ShapeFault((*location, "to"), f"`{where}` must be a list of members, not "
+                          f"{describe_value(callees)}",
+                          f"write `to: [{callees}]`" if isinstance(callees, str) else
+                          "write `to: [<member>, ...]`")
+    if not callees:
+        raise _ShapeFault((*location, "to"), f"`{where}` must name at least one member",
+                          "list a member, or remove the rule")
+    for position, callee in enumerate(callees):
+        at = (*location, "to", position)
+        if not isinstance(callee, str):
+            raise _ShapeFault(at, f"`{dotted(at)}` must be a member's name, not "
+                              f"{describe_value(callee)}", "write the member's name")
+        if callee == caller:
+            raise _ShapeFault(at, f"`{dotted(at)}` is `{callee}`, the rule's own `from`",
+                              "a member never calls itself: remove it from `to`")
+    return Rule(caller=caller, callees=tuple(callees), index=index)
+
+
+def _shape(document: Any) -> RosterStructure:
+    """Check 1: the document has the roster's shape (every field, its type, nothing else)."""
+    if document is None:
+        raise _ShapeFault((), "is empty", "write `roster_version: 1` and `members`; "
+                          "`mur new --roster DIR` writes a roster that is admitted as written")
+    top = _mapping(document, (), TOP_KEYS, "a roster",
+                   "start with `roster_version: 1` and a list of `members`")
+    version = top.get("roster_version")
+    if "roster_version" not in top:
+        raise _ShapeFault(("roster_version",), "`roster_version` is required",
+                          "add `roster_version: 1`")
+    if type(version) is not int or version != 1:
+        raise _ShapeFault(("roster_version",), f"`roster_version` must be 1, not "
+                          f"{describe_value(version)}", "write `roster_version: 1`")
+    if "members" not in top:
+        raise _ShapeFault(("members",), "`members` is required",
+                          "list the formation's members, each with `name`, `capsule` and "
+                          "`version`")
+    members = top["members"]
+    if not isinstance(members, list) or not members:
+        raise _ShapeFault(("members",), "`members` must be a list of at least one member, "
+                          f"not {describe_value(members) if members != [] else 'an empty list'}",
+                          "list the formation's members, each with `name`, `capsule` and "
+                          "`version`")
+    specs = tuple(_member(value, index) for index, value in enumerate(members))
+    reachability = top.get("reachability", [])
+    if reachability == "all":
+        return RosterStructure(members=specs, reachability="all")
+    if not isinstance(reachability, list):
+        raise _ShapeFault(("reachability",), f"`reachability` must be `all` or a list of "
+                          f"rules, not {describe_value(reachability)}",
+                          "write `reachability: all`, or rules such as "
+                          "`- {from: planner, to: [coder]}`")
+    rules = tuple(_rule(value, index) for index, value in enumerate(reachability))
+    return RosterStructure(members=specs, reachability=rules)
+
+
+# --- Checks 2-5 --------------------------------------------------------------------------
+
+def _unique_names(roster: RosterStructure, file: str) -> None:
+    """Check 2."""
+    first: dict[str, MemberSpec] = {}
+    for member in roster.members:
+        if member.name in first:
+            raise DiagnosticError("E-ROS-003", member.field("name"), file=file,
+                                  field=member.field("name"), name=member.name,
+                                  first=first[member.name].field())
+        first[member.name] = member
+
+
+def _one_entry(roster: RosterStructure, file: str) -> None:
+    """Check 3."""
+    entries = [member for member in roster.members if member.entry]
+    if len(entries) == 1:
+        return
+    if not entries:
+        raise DiagnosticError("E-ROS-002", "members", file=file, found="no member has")
+    names = ", ".join(f"`{member.name}`" for member in entries)
+    raise DiagnosticError("E-ROS-002", entries[1].field("entry"), file=file,
+                          found=f"{len(entries)} members ({names}) have")
+
+
+def _rules_name_members(roster: RosterStructure, file: str) -> None:
+    """Check 4."""
+    names = [member.name for member in roster.members]
+
+    def refuse(path: str, name: str) -> DiagnosticError:
+        return DiagnosticError("E-ROS-004", path, file=file, field=path, name=name,
+                               members=", ".join(names), suggestion=suggest(name, names))
+
+    for rule in roster.rules:
+        if rule.caller not in names:
+            raise refuse(f"reachability[{rule.index}].from", rule.caller)
+        for position, callee in enumerate(rule.callees):
+            if callee not in names:
+                raise refuse(f"reachability[{rule.index}].to[{position}]", callee)
+
+
+def _entry_never_called(roster: RosterStructure, file: str) -> None:
+    """Check 5."""
+    entry = roster.entry.name
+    for rule, position, callee in roster.rule_targets():
+        if callee == entry:
+            path = f"reachability[{rule.index}].to[{position}]"
+            raise DiagnosticError("E-ROS-008", path, file=file, field=path, member=entry)
+
+
+# --- Checks 1-5 on a roster --------------------------------------------------------------
+
+def check_structure(document: Any, file: str = ROSTER_FILE) -> RosterStructure:
+    """Checks 1-5 on a parsed ``roster.yaml`` document: no store is read.
+
+    ``document`` is what :func:`read_roster_text` returns (versions as text). Raises
+    :class:`DiagnosticError` with ``E-ROS-001``, ``003``, ``002``, ``004`` or ``008``.
+    """
+    try:
+        roster = _shape(document)
+    except _ShapeFault as fault:
+        raise DiagnosticError("E-ROS-001", dotted(fault.location) or file, file=file,
+                              problem=fault.problem, fix=fault.fix) from None
+    roster = RosterStructure(members=roster.members, reachability=roster.reachability,
+                             file=file)
+    _unique_names(roster, file)
+    _one_entry(roster, file)
+    _rules_name_members(roster, file)
+    _entry_never_called(roster, file)
+    return roster
+
+
+def read_roster_text(text: bytes | str, file: str = ROSTER_FILE) -> Any:
+    """The YAML document of a roster, ``members[].version`` kept as its text."""
+    try:
+        return read_yaml(text, text_paths=(("members", "*", "version"),))
+    except YamlFault as fault:
+        raise DiagnosticError("E-ROS-001", dotted(fault.location) or file, file=file,
+                              problem=fault.problem, fix=fault.fix) from None
+
+
+def parse_roster(text: bytes | str, file: str = ROSTER_FILE) -> RosterStructure:
+    """Checks 1-5 on the text of a roster."""
+    return check_structure(read_roster_text(text, file), file)
+
+
+def read_roster(project_dir: Path) -> RosterStructure:
+    """Checks 1-5 on ``<project_dir>/roster.yaml``."""
+    path = Path(project_dir) / ROSTER_FILE
+    try:
+        data = read_text_file(path)
+    except FileNotFoundError:
+        raise DiagnosticError("E-ROS-001", ROSTER_FILE, file=ROSTER_FILE,
+                              problem=f"there is no roster.yaml in {path.parent}",
+                              fix="run mur in the roster's project directory or name it with "
+                                  "`--project DIR`; `mur new --roster DIR` writes a "
+                                  "roster") from None
+    except OSError as exc:
+        raise DiagnosticError("E-ROS-001", ROSTER_FILE, file=ROSTER_FILE,
+                              problem=f"cannot be read ({exc.strerror})",
+                              fix="make it a readable file") from None
+    return parse_roster(data)
