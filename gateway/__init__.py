@@ -52,7 +52,7 @@ _EXPORTS: dict[str, str] = {
     "VERSION_HEADER": "gateway.protocol",
     "state_word": "gateway.protocol",
     "default_inner_transport": "gateway.proxy.aiohttp_transport",
-    "CallFailed": "gateway.proxy.call_member",
+    "CallFailed": "gateway.proxy.call_failed",
     "CallHandle": "gateway.proxy.call_member",
     "MemberCalls": "gateway.proxy.call_member",
     "AllowList": "gateway.proxy.egress",
@@ -65,13 +65,13 @@ _EXPORTS: dict[str, str] = {
     "proxy_url": "gateway.proxy.env",
     "CALLING_TASK": "gateway.proxy.formation",
     "DoorDirectory": "gateway.proxy.formation",
-    "DoorUnavailable": "gateway.proxy.formation",
-    "EgressRefused": "gateway.proxy.formation",
-    "FormationClient": "gateway.proxy.formation",
-    "FormationRefused": "gateway.proxy.formation",
     "FormationTransport": "gateway.proxy.formation",
-    "names_formation": "gateway.proxy.formation",
+    "FormationClient": "gateway.proxy.formation_client",
     "ForwardProxy": "gateway.proxy.forward",
+    "DoorUnavailable": "gateway.proxy.proxy_errors",
+    "EgressRefused": "gateway.proxy.proxy_errors",
+    "FormationRefused": "gateway.proxy.proxy_errors",
+    "names_formation": "gateway.proxy.virtual_names",
     "redact": "gateway.redaction",
     "redact_value": "gateway.redaction",
     "UpstreamCardError": "gateway.relay.client",
@@ -210,7 +210,8 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
         state_word,
     )
     from gateway.proxy.aiohttp_transport import default_inner_transport
-    from gateway.proxy.call_member import CallFailed, CallHandle, MemberCalls
+    from gateway.proxy.call_failed import CallFailed
+    from gateway.proxy.call_member import CallHandle, MemberCalls
     from gateway.proxy.egress import (
         AllowList,
         answer_text,
@@ -220,17 +221,11 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
         virtual_address,
     )
     from gateway.proxy.env import proxy_environment, proxy_url
-    from gateway.proxy.formation import (
-        CALLING_TASK,
-        DoorDirectory,
-        DoorUnavailable,
-        EgressRefused,
-        FormationClient,
-        FormationRefused,
-        FormationTransport,
-        names_formation,
-    )
+    from gateway.proxy.formation import CALLING_TASK, DoorDirectory, FormationTransport
+    from gateway.proxy.formation_client import FormationClient
     from gateway.proxy.forward import ForwardProxy
+    from gateway.proxy.proxy_errors import DoorUnavailable, EgressRefused, FormationRefused
+    from gateway.proxy.virtual_names import names_formation
     from gateway.redaction import redact, redact_value
     from gateway.relay.client import (
         UpstreamCardError,

@@ -7,18 +7,27 @@ raises on purpose with one ``except``, and the tree (as httpx draws its own):
     ├── CredentialError ............. credentials: a credential configured wrongly
     │                                 (also a ValueError)
     ├── BodyTooLarge ................ http_io, auth: a request body past the door's bound
-    ├── RpcError .................... jsonrpc: a JSON-RPC error answer, by its table row
-    │   └── UpstreamError ........... upstream: a gateway member's upstream's own JSON-RPC
-    │                                 error, passed through as it came
-    ├── UpstreamCardError ........... upstream: an upstream's card no door can stand in
-    │                                 front of (no JSONRPC 1.0 interface, no card)
-    ├── RequestError ................ jsonrpc: a request that cannot be served, with its id
-    ├── TaskEndedError .............. tasks: an agent reported on a task that has ended
-    │                                 (also a RuntimeError)
-    ├── CallFailed .................. call_member: a call to a member gave no answer
-    └── ProxyError .................. proxy: the formation proxy refused or could not
-        │                             reach (also an httpx.TransportError, so an httpx
-        │                             caller sees a transport failure)
+    ├── Refused ..................... auth.refusals: DoorAuth refuses a request, by its
+    │                                 row of the refusal table
+    ├── RpcError .................... a2a.jsonrpc: a JSON-RPC error answer, by its table row
+    │   └── UpstreamError ........... relay.client: a gateway member's upstream's own
+    │                                 JSON-RPC error, passed through as it came
+    ├── UpstreamCardError ........... relay.client: an upstream's card no door can stand
+    │                                 in front of (no JSONRPC 1.0 interface, no card)
+    ├── RequestError ................ a2a.jsonrpc: a request that cannot be served, with
+    │                                 its id
+    ├── TaskEndedError .............. door.tasks: an agent reported on a task that has
+    │                                 ended (also a RuntimeError)
+    ├── CallFailed .................. proxy.call_failed: a call to a member gave no answer
+    ├── RpcErrorReply ............... proxy.member_rpc: a callee's JSON-RPC error, which
+    │                                 call-member maps and never lets out
+    ├── StreamFailed ................ proxy.member_rpc: a call's stream cannot be used
+    │                                 (the call falls back to polling)
+    ├── ForwardAnswer ............... proxy.forward_request: an answer the forward proxy
+    │                                 gives itself (Proxy-Status: murmur)
+    └── ProxyError .................. proxy.proxy_errors: the formation proxy refused or
+        │                             could not reach (also an httpx.TransportError,
+        │                             so an httpx caller sees a transport failure)
         ├── FormationRefused ........ a virtual address this member may not use
         ├── EgressRefused ........... a real URL outside capabilities.network.allow
         └── DoorUnavailable ......... a callee's door address did not arrive in time
@@ -26,7 +35,7 @@ raises on purpose with one ``except``, and the tree (as httpx draws its own):
 Each exception is defined in the module that raises it (the proxy's need httpx, which
 this module never imports); every one derives from :class:`GatewayError`, and so do the
 private ones a module raises and catches itself. The launcher has its own tree, drawn in
-``launcher/diagnostics.py``.
+``launcher/errors.py``.
 """
 
 from __future__ import annotations

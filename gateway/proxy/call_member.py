@@ -11,35 +11,31 @@ running when the calling task ends. A CallFailed an agent sees names the callee'
 virtual address, never its door's: every failure is scrubbed by the proxy, which alone
 knows the door addresses, as it settles. Decisions the documents leave open are in
 ``docs/proxy.md``.
+
+This module, in order: the busy answer; :class:`CallHandle`, one call; the fenced
+answer and the busy answer's ``retryAfterMs``; :class:`MemberCalls`, the calls of one
+task (the agent API, then one call: its offers, its answer, its end); how a call
+settles. Beside it: ``call_failed`` (:class:`CallFailed` and its states) and
+``member_rpc`` (the backoff, and the JSON-RPC under every call: the stream and the
+polling), whose names a caller imports from here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import json
 import math
-import random
 import re
 import time
 import uuid
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Callable,
-    Generator,
-    Iterable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
 
-from gateway.errors import GatewayError
-from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, PEERS_ENV, TERMINAL_STATES, TaskState
+from gateway.protocol import PEERS_ENV, TERMINAL_STATES, TaskState
+from gateway.proxy.call_failed import CALLER_ENDED, DEADLINE, ERROR, REFUSED, CallFailed
 
 # The helpers that need no httpx live in gateway.proxy.egress (a member imports them at start
 # without httpx) and are re-exported here.
@@ -50,14 +46,18 @@ from gateway.proxy.egress import (
     virtual_address,
 )
 from gateway.proxy.egress import parts_text as _parts_text
-from gateway.proxy.formation import (
-    DoorUnavailable,
-    EgressRefused,
-    FormationClient,
-    FormationRefused,
-    FormationTransport,
+from gateway.proxy.formation import FormationTransport
+from gateway.proxy.member_rpc import (
+    DEFAULT_TIMEOUT,
+    Backoff,
+    JsonRpcSender,
+    MemberRpc,
+    RpcErrorReply,
 )
-from gateway.sse import aevent_data
+from gateway.proxy.member_rpc import StreamFailed as _StreamFailed
+from gateway.proxy.member_rpc import is_final as _is_final
+from gateway.proxy.member_rpc import task_state as _task_state
+from gateway.proxy.proxy_errors import FormationRefused
 
 __all__ = [
     "PEERS_ENV", "CallFailed", "CallHandle", "Backoff", "MemberCalls", "peers_environ",
@@ -65,9 +65,6 @@ __all__ = [
     "answer_text",
 ]
 
-#: ``task.http``'s default timeouts; the call-member client bounds its own requests by
-#: the call's deadline on top of these.
-DEFAULT_TIMEOUT: Final = httpx.Timeout(30.0)
 MEMBER_BUSY_CODE: Final = -32050
 MEMBER_BUSY_REASON: Final = "MEMBER_BUSY"
 COMPLETED: Final = TaskState.COMPLETED
@@ -75,61 +72,8 @@ COMPLETED: Final = TaskState.COMPLETED
 # call-member: the call ends there, and the callee's task is canceled with the others
 # when the calling task ends.
 
-#: States of a CallFailed that are not A2A task states.
-REFUSED: Final = "refused"
-DEADLINE: Final = "deadline"
-TRANSPORT_ERROR: Final = "transport error"
-CALLER_ENDED: Final = "canceled by the caller"
-ERROR: Final = "error"
-
-
-class CallFailed(GatewayError):
-    """A call to a member did not produce an answer. ``state`` is the callee's task state
-    (``TASK_STATE_FAILED``, ``..._CANCELED``, ``..._REJECTED``, ``..._INPUT_REQUIRED``...)
-    or one of ``refused``, ``deadline``, ``transport error``, ``canceled by the caller``,
-    ``error``; ``detail`` is the callee's own message or the reason."""
-
-    def __init__(self, member: str, state: str, detail: str = "") -> None:
-        self.member = member
-        self.state = state
-        self.detail = detail
-        text = f"call to member {member!r} failed: {state}"
-        super().__init__(f"{text}: {detail}" if detail else text)
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Delays, in seconds. Busy offers wait at least the callee's ``retryAfterMs`` (at
-    most ``retry_after_cap``), else ``busy_initial`` doubling to ``busy_max``; polls
-    start at ``poll_initial`` and grow by half to ``poll_max``. Every delay is jittered
-    upward by up to ``jitter`` of itself and never runs past the call's deadline."""
-
-    busy_initial: float = 0.05
-    busy_max: float = 2.0
-    retry_after_cap: float = 30.0
-    poll_initial: float = 0.05
-    poll_max: float = 2.0
-    jitter: float = 0.25
-    #: How long an offer already sent may still answer after the deadline or the end
-    #: of the calling task, so a task the callee took is seen, and canceled.
-    settle: float = 2.0
-    #: Bound on a CancelTask sent when a call is abandoned.
-    cancel_timeout: float = 5.0
-    #: A stream silent this long is given up for polling.
-    stream_idle: float = 60.0
-    #: Consecutive transport errors while polling before the call fails.
-    poll_errors: int = 3
-
-    def jittered(self, delay: float) -> float:
-        return delay * (1.0 + random.uniform(0.0, self.jitter))
-
-
-class _RpcError(GatewayError):
-    def __init__(self, code: int, message: str, data: Any) -> None:
-        super().__init__(f"JSON-RPC error {code}: {message}")
-        self.code = code
-        self.message = message
-        self.data = data
+#: The delays of a call made without its own (frozen, so one serves every call).
+_BACKOFF: Final = Backoff()
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,12 +135,6 @@ def fence_answer(member: str, text: str) -> str:
     return f"{ticks}member:{member}\n{body}{ticks}"
 
 
-def _task_state(task: Mapping[str, Any]) -> str:
-    status = task.get("status")
-    state = status.get("state") if isinstance(status, Mapping) else None
-    return state if isinstance(state, str) else "TASK_STATE_UNSPECIFIED"
-
-
 def busy_retry_after(data: Any) -> float | None:
     """``retryAfterMs`` of a ``-32050`` error, in seconds. A2A 1.0's JSON-RPC binding puts
     typed details in ``data`` as a list (``{"@type": ".../google.rpc.ErrorInfo",
@@ -220,7 +158,7 @@ def busy_retry_after(data: Any) -> float | None:
     return None
 
 
-class MemberCalls:
+class MemberCalls(MemberRpc):
     """The calls of one running task (the agent API's ``task.call_member``,
     ``task.answers``, ``task.peers`` and ``task.http``).
 
@@ -228,7 +166,8 @@ class MemberCalls:
     object uses a view of it with ``trust`` fixed and never closes the shared pool).
     ``peers`` are the members it may call, in roster order. ``deadline`` is the call
     deadline on ``clock`` (``time.monotonic``): the task's, else the formation's, else
-    ``None`` for none.
+    ``None`` for none. What it says to a callee's door, and how it follows a task there,
+    are :class:`~gateway.proxy.member_rpc.MemberRpc`'s.
     """
 
     def __init__(
@@ -239,7 +178,7 @@ class MemberCalls:
         trust: str | None,
         deadline: float | None = None,
         clock: Callable[[], float] = time.monotonic,
-        backoff: Backoff = Backoff(),
+        backoff: Backoff = _BACKOFF,
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
     ) -> None:
         unknown = [name for name in peers if name not in transport.callees]
@@ -248,13 +187,10 @@ class MemberCalls:
         self.peers: tuple[str, ...] = tuple(peers)
         self.deadline = deadline
         view = transport.with_trust(trust)
-        self.http: httpx.AsyncClient = FormationClient(transport=view, timeout=timeout)
+        super().__init__(view, backoff=backoff, timeout=timeout)
         self._scrub = view.scrub
-        self._sender = JsonRpcSender(view, timeout=timeout)
         self._clock = clock
-        self._backoff = backoff
         self._calls: list[CallHandle] = []
-        self._ids = itertools.count(1)
         self._ended = False
 
     def __repr__(self) -> str:
@@ -396,7 +332,7 @@ class MemberCalls:
         limit = None if remaining is None else remaining + self._backoff.settle
         try:
             return await self._rpc(handle.member, "SendMessage", params, limit)
-        except _RpcError as error:
+        except RpcErrorReply as error:
             if error.code == MEMBER_BUSY_CODE:
                 return _Busy(busy_retry_after(error.data))
             raise CallFailed(handle.member, ERROR, str(error)) from None
@@ -442,45 +378,6 @@ class MemberCalls:
                 return seen
         return await self._poll_until_final(handle.member, task_id)
 
-    async def _stream_until_final(self, member: str, task_id: str) -> Mapping[str, Any]:
-        """Follow ``SubscribeToTask`` until a final state, then read the whole task once
-        with ``GetTask`` (the stream's events carry it only in parts)."""
-        async with contextlib.aclosing(self._subscribe(member, task_id)) as events:
-            async for event in events:
-                task = event.get("task")
-                if isinstance(task, Mapping) and _is_final(task):
-                    return task
-                update = event.get("statusUpdate")
-                if isinstance(update, Mapping) and _is_final(update):
-                    break
-            else:
-                raise _StreamFailed("the stream ended before the task did")
-        return await self._get_task(member, task_id)
-
-    async def _poll_until_final(self, member: str, task_id: str) -> Mapping[str, Any]:
-        delay = self._backoff.poll_initial
-        errors = 0
-        while True:
-            try:
-                task = await self._get_task(member, task_id)
-                errors = 0
-            except CallFailed as failure:
-                errors += 1
-                if failure.state != TRANSPORT_ERROR or errors >= self._backoff.poll_errors:
-                    raise
-            else:
-                if _is_final(task):
-                    return task
-            await asyncio.sleep(self._backoff.jittered(delay))
-            delay = min(delay * 1.5, self._backoff.poll_max)
-
-    async def _get_task(self, member: str, task_id: str) -> Mapping[str, Any]:
-        try:
-            task = await self._rpc(member, "GetTask", {"id": task_id}, None)
-        except _RpcError as error:
-            raise CallFailed(member, ERROR, f"GetTask: {error}") from None
-        return task
-
     async def _abandon(self, handle: CallHandle) -> None:
         runner = handle._runner
         if runner is not None and not runner.done():
@@ -516,81 +413,13 @@ class MemberCalls:
         """Best effort: a failure here leaves the callee's own deadline to end it."""
         if handle.task_id is None:
             return
-        with contextlib.suppress(CallFailed, _RpcError, TimeoutError):
+        with contextlib.suppress(CallFailed, RpcErrorReply, TimeoutError):
             await self._rpc(handle.member, "CancelTask", {"id": handle.task_id},
                             self._backoff.cancel_timeout)
         handle._remote_open = False
 
     def _remaining(self, handle: CallHandle) -> float | None:
         return None if handle.deadline is None else handle.deadline - self._clock()
-
-    # JSON-RPC over the proxy -----------------------------------------------------------
-
-    def _envelope(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
-
-    async def _rpc(self, member: str, method: str, params: Mapping[str, Any],
-                   limit: float | None) -> dict[str, Any]:
-        """One JSON-RPC call; its ``result``, or _RpcError, or CallFailed."""
-        async with asyncio.timeout(limit), _call_errors(member):
-            status, content = await self._sender.send(virtual_address(member) + "/",
-                                                      self._envelope(method, params))
-        return _rpc_result(member, status, content)
-
-    async def _subscribe(self, member: str, task_id: str
-                         ) -> AsyncGenerator[dict[str, Any], None]:
-        """The StreamResponse objects of ``SubscribeToTask``; _StreamFailed on anything
-        that is not a clean event stream."""
-        timeout = httpx.Timeout(30.0, read=self._backoff.stream_idle)
-        try:
-            async with _call_errors(member), self.http.stream(
-                    "POST", virtual_address(member) + "/",
-                    json=self._envelope("SubscribeToTask", {"id": task_id}),
-                    headers={"A2A-Version": A2A_VERSION, "Accept": "text/event-stream"},
-                    timeout=timeout) as response:
-                kind = response.headers.get("content-type", "")
-                if response.status_code != 200 or not kind.startswith("text/event-stream"):
-                    raise _StreamFailed(f"HTTP {response.status_code} {kind}")
-                async for data in aevent_data(response.aiter_lines()):
-                    yield _stream_event(data)
-        except CallFailed as failure:
-            raise _StreamFailed(str(failure)) from None
-
-
-class JsonRpcSender:
-    """One JSON-RPC POST straight on a transport: no cookies, redirects, auth flow or
-    event hooks, which an ``httpx.AsyncClient`` spends most of a call's CPU on. The URL
-    is the caller's (call-member builds it from a peer's name), so ``FormationClient``'s
-    check of URL text has nothing to add; the transport's checks all apply."""
-
-    def __init__(self, transport: httpx.AsyncBaseTransport, *,
-                 timeout: httpx.Timeout = DEFAULT_TIMEOUT,
-                 headers: Mapping[str, str] | None = None) -> None:
-        self._transport = transport
-        self._extensions = {"timeout": timeout.as_dict()}
-        self._headers = [("Accept", "application/json"), ("A2A-Version", A2A_VERSION),
-                         ("Content-Type", "application/json"), *(headers or {}).items()]
-        self._urls: dict[str, httpx.URL] = {}       # parsing a URL is the dearest step
-
-    async def send(self, url: str, envelope: Mapping[str, Any]) -> tuple[int, bytes]:
-        """POST ``envelope``; the HTTP status and the whole body."""
-        parsed = self._urls.get(url)
-        if parsed is None:
-            parsed = httpx.URL(url)
-            if len(self._urls) < 64:
-                self._urls[url] = parsed
-        body = json.dumps(envelope, separators=(",", ":")).encode()
-        request = httpx.Request("POST", parsed, headers=self._headers, content=body,
-                                extensions=self._extensions)
-        response = await self._transport.handle_async_request(request)
-        try:
-            return response.status_code, await response.aread()
-        finally:
-            await response.aclose()
-
-
-class _StreamFailed(GatewayError):
-    """The stream cannot be used; the caller falls back to polling GetTask."""
 
 
 def _settle(handle: CallHandle, outcome: str | CallFailed) -> None:
@@ -601,55 +430,3 @@ def _settle(handle: CallHandle, outcome: str | CallFailed) -> None:
     else:
         handle._answer.set_result(outcome)
 
-
-def _is_final(task_or_update: Mapping[str, Any]) -> bool:
-    state = _task_state(task_or_update)
-    return state in TERMINAL_STATES or state in INTERRUPTED_STATES
-
-
-@contextlib.asynccontextmanager
-async def _call_errors(member: str) -> AsyncIterator[None]:
-    """Map the proxy's refusals and transport failures to CallFailed."""
-    try:
-        yield
-    except FormationRefused:
-        raise CallFailed(member, REFUSED, FormationRefused.MESSAGE) from None
-    except EgressRefused as exc:
-        raise CallFailed(member, REFUSED, str(exc)) from None
-    except DoorUnavailable as exc:
-        raise CallFailed(member, TRANSPORT_ERROR, str(exc)) from None
-    except httpx.HTTPError as exc:
-        raise CallFailed(member, TRANSPORT_ERROR, f"{type(exc).__name__}: {exc}") from None
-
-
-def _rpc_result(member: str, status: int, content: bytes) -> dict[str, Any]:
-    try:
-        document = json.loads(content)
-    except ValueError:
-        document = None
-    if isinstance(document, dict) and isinstance(document.get("error"), Mapping) \
-            and "jsonrpc" in document:
-        error = document["error"]
-        code = error.get("code")
-        raise _RpcError(code if isinstance(code, int) else 0, str(error.get("message", "")),
-                        error.get("data"))
-    if status != 200:
-        detail = f"HTTP {status}"
-        if isinstance(document, dict) and isinstance(document.get("error"), str):
-            detail += f" {document['error']}"
-        raise CallFailed(member, REFUSED if status in (401, 403) else ERROR, detail)
-    result = document.get("result") if isinstance(document, dict) else None
-    if not isinstance(result, dict):
-        raise CallFailed(member, ERROR, "the door's answer is not a JSON-RPC result")
-    return result
-
-
-def _stream_event(data: str) -> dict[str, Any]:
-    try:
-        document = json.loads(data)
-    except ValueError:
-        raise _StreamFailed("an event that is not JSON") from None
-    result = document.get("result") if isinstance(document, dict) else None
-    if not isinstance(result, dict):
-        raise _StreamFailed("an event that is not a JSON-RPC result")
-    return result

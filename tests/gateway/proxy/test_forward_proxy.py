@@ -36,7 +36,8 @@ from gateway.caller import CALLER_SCOPE_KEY
 from gateway.proxy.aiohttp_transport import default_inner_transport
 from gateway.proxy.env import PROXY_VARIABLES, proxy_environment
 from gateway.proxy.formation import FormationRefused, FormationTransport
-from gateway.proxy.forward import PROXY_AUTHENTICATE, ForwardProxy, ProxyLimits, parse_head
+from gateway.proxy.forward import PROXY_AUTHENTICATE, ForwardProxy, ProxyLimits
+from gateway.proxy.forward_request import parse_head
 from tests.support.auth import FORMATION, KEY, mint
 from tests.support.proxy_fakes import Doors
 
