@@ -38,7 +38,7 @@ _EXPORTS: dict[str, str] = {
     "AgentFn": "gateway.door.tasks",
     "GateConfig": "gateway.door.tasks",
     "TaskRun": "gateway.door.tasks",
-    "message_text": "gateway.door.tasks",
+    "message_text": "gateway.door.task_record",
     "DoorMetrics": "gateway.metrics",
     "A2A_VERSION": "gateway.protocol",
     "CARD_PATH": "gateway.protocol",
@@ -194,7 +194,8 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
     from gateway.door.app import Door, DoorSettings, build_door
     from gateway.door.card import CardInfo, Skill
     from gateway.door.streams import StreamLimits
-    from gateway.door.tasks import AgentFn, GateConfig, TaskRun, message_text
+    from gateway.door.task_record import message_text
+    from gateway.door.tasks import AgentFn, GateConfig, TaskRun
     from gateway.metrics import DoorMetrics
     from gateway.protocol import (
         A2A_VERSION,

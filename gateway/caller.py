@@ -14,9 +14,6 @@ CALLER_SCOPE_KEY = "murmur.caller"
 #: The ASGI scope key under which DoorAuth stores the parsed JSON-RPC request object
 #: (a dict) when it read one, so the app need not parse the body a second time.
 RPC_SCOPE_KEY = "murmur.rpc"
-#: The ASGI scope key under which DoorAuth stores the HTTP+JSON route it matched
-#: (a :class:`gateway.a2a.rest_routes.RestRoute`), so the app need not match it again.
-REST_SCOPE_KEY = "murmur.rest"
 
 CredentialKind = Literal["operator", "bearer", "jwt", "member", "public"]
 Origin = Literal["operator", "peer", "client", "public"]

@@ -9,8 +9,9 @@ In this order:
    allows; loadtests/bench_door.py measures what this costs);
 2. :class:`RequestMetrics`, a pure-ASGI middleware in front of DoorAuth, times every
    HTTP request and counts it by method and status (the method is the one DoorAuth
-   read, :data:`METHOD_SCOPE_KEY`); DoorAuth counts refusals by ``error`` and credential
-   checks by result; the formation proxy counts its calls by callee and outcome;
+   read, on the :class:`gateway.routes.Route` it leaves on the scope); DoorAuth counts
+   refusals by ``error`` and credential checks by result; the formation proxy counts
+   its calls by callee and outcome;
 3. a scrape (:meth:`DoorMetrics.render`) turns the counts, and the tasks the door holds
    by state, into metric families through prometheus_client's exposition, imported then
    and not before: a member that is never scraped never loads it.
@@ -24,13 +25,12 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Final
 
 from gateway.caller import METRICS_METHOD, OPERATOR_METHODS, REFUSED_METHODS
+from gateway.routes import ROUTE_SCOPE_KEY, Route
 from gateway.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["CONTENT_TYPE", "METHOD_SCOPE_KEY", "METRICS_METHOD", "DoorMetrics",
+__all__ = ["CONTENT_TYPE", "METRICS_METHOD", "DoorMetrics",
            "RequestMetrics", "proxy_outcome"]
 
-#: The scope key where DoorAuth leaves the method it read (for the request's labels).
-METHOD_SCOPE_KEY: Final = "murmur.method"
 #: Prometheus text exposition format 0.0.4.
 CONTENT_TYPE: Final = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -241,7 +241,8 @@ class RequestMetrics:
             await self.app(scope, receive, send_counted)
         finally:
             # DoorMetrics.request, inlined: this runs once per request.
-            stats = self.metrics.method_stats(scope.get(METHOD_SCOPE_KEY))
+            route: Route | None = scope.get(ROUTE_SCOPE_KEY)
+            stats = self.metrics.method_stats(None if route is None else route.method)
             statuses = stats.statuses
             statuses[status] = statuses.get(status, 0) + 1
             stats.histogram.observe(time.perf_counter() - started)

@@ -115,6 +115,13 @@ def _ignore_outcome(task: asyncio.Task[None]) -> None:
         task.exception()  # retrieved, so asyncio does not log it as never retrieved
 
 
+#: The longest a door's stream stays silent (seconds) before it sends an SSE comment:
+#: half the 5 s read timeout of a2a-sdk's default client (httpx's default), a quarter of
+#: the 10 s the issue allows. Silent streams get a comment every 1.25 to 2.5 s. Read when
+#: a door is built (:meth:`KeepAlive.for_door`), so this is the one place to change it.
+SSE_KEEPALIVE_SECONDS = 2.5
+
+
 class KeepAlive:
     """One timer for every open stream of a door: every ``interval / 2`` seconds,
     each stream silent for that long gets a comment, so none stays silent for
@@ -122,10 +129,18 @@ class KeepAlive:
     SendStreamingMessage; a shared one costs a set insertion."""
 
     def __init__(self, interval: float) -> None:
+        if not interval > 0:
+            raise ValueError(f"keepalive must be a positive number of seconds, got {interval!r}")
         self._step = interval / 2
         self._writers: set[_SseWriter] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def for_door(cls, interval: float | None = None) -> KeepAlive:
+        """A door's timer: ``interval`` seconds, else :data:`SSE_KEEPALIVE_SECONDS` as
+        it is now (a test sets it small)."""
+        return cls(SSE_KEEPALIVE_SECONDS if interval is None else interval)
 
     def add(self, writer: _SseWriter) -> None:
         self._writers.add(writer)

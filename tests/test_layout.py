@@ -82,3 +82,66 @@ def test_no_test_module_imports_another() -> None:
                 and any(part.startswith("test_") for part in name.split(".")[1:])]
     assert reaching == []
 
+
+
+def _runtime_imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of ``known`` that ``path`` imports when it runs: at any depth, but not
+    under ``if TYPE_CHECKING:`` (an annotation may name a module that imports this one)."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {id(node) for block in ast.walk(tree)
+                   if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+                   for statement in block.body for node in ast.walk(statement)}
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in names if name in known}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more modules that reach each other (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in graph[module]:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = [stack.pop()]
+            while group[-1] != module:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    known: dict[str, Path] = {}
+    for package in ("gateway", "launcher"):
+        for path in _modules(package):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            known[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {module: _runtime_imports(path, known) - {module} for module, path in known.items()}
+    assert len(graph) > 100
+    assert _circles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -1,8 +1,9 @@
 """The HTTP+JSON binding's routes: which A2A method a verb and a path name.
 
-One function, :func:`match_rest`, used by DoorAuth (to learn the method before its scope
-check) and by the REST endpoint (to serve it), so no path can be served as something
-DoorAuth did not check it as. Standard library only: DoorAuth's hot path imports it.
+One function, :func:`match_rest`, called once per request by
+:func:`gateway.routes.classify`: DoorAuth checks the method it names against the
+caller's scopes and the REST endpoint serves that same route, so no path can be served
+as something DoorAuth did not check it as. Standard library only: DoorAuth's hot path imports it.
 
 The paths are A2A 1.0's (section 11.3), each also under one ``/{tenant}`` segment:
 

@@ -1,4 +1,7 @@
-"""One member's door: ``build_door`` and ``Door`` (``app``), the task store and the
-lifecycle gate (``tasks``), the bindings (``jsonrpc_binding``, ``rest_binding``), the
-agent card (``card``) and the bounds on its streams (``streams``).
+"""One member's door: ``build_door`` and ``Door`` (``app``); the task store and the
+lifecycle gate (``tasks``), one task as kept (``task_record``), the ended tasks kept
+(``retention``) and listed (``listing``); the A2A methods once, binding-neutral
+(``methods``; a local door's in ``local_methods``) and the thin bindings over them
+(``jsonrpc_binding``, ``rest_binding``); the agent card (``card``) and the bounds on its
+streams (``streams``).
 """

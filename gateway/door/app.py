@@ -1,7 +1,8 @@
 """build_door(): one member's door, the A2A 1.0 JSON-RPC and HTTP+JSON bindings and its
 agent card behind the project's own DoorAuth.
 
-Routes (pure ASGI, matched on the path with runs of ``/`` collapsed, as DoorAuth reads it):
+Routes (pure ASGI; the :class:`gateway.routes.Route` DoorAuth classified and left on the
+scope, so a path is matched once):
 
 * ``POST /`` (any all-slashes path): JSON-RPC, :mod:`gateway.door.jsonrpc_binding`;
 * ``GET /.well-known/agent-card.json``: the card, :mod:`gateway.door.card`;
@@ -36,9 +37,12 @@ from gateway.auth.credentials import OPERATOR_CREDENTIAL
 from gateway.auth.door_auth import AuthPolicy, DoorAuth
 from gateway.caller import Caller, caller_of
 from gateway.door.card import CardInfo, CardRoute
-from gateway.door.jsonrpc_binding import JsonRpcEndpoint, RpcEndpoint
-from gateway.door.rest_binding import RestEndpoint
+from gateway.door.jsonrpc_binding import JsonRpcBinding
+from gateway.door.local_methods import LocalMethods
+from gateway.door.methods import A2AMethods
+from gateway.door.rest_binding import RestBinding
 from gateway.door.streams import StreamLimits
+from gateway.door.task_record import new_id
 from gateway.door.tasks import (
     DEFAULT_MAX_FINISHED,
     DEFAULT_MAX_FINISHED_BYTES,
@@ -47,11 +51,12 @@ from gateway.door.tasks import (
     TaskListener,
     TaskStore,
     acts_as_operator,
-    new_id,
 )
 from gateway.http_io import header, send_error, send_not_allowed, send_response
 from gateway.metrics import CONTENT_TYPE, DoorMetrics, RequestMetrics
-from gateway.protocol import CARD_PATH, FILES_PREFIX, HEALTH_PATH, METRICS_PATH, route_path
+from gateway.protocol import FILES_PREFIX
+from gateway.routes import CARD, FILES, HEALTH, METRICS, ROUTE_SCOPE_KEY, RPC, Route, classify
+from gateway.sse import KeepAlive
 from gateway.trace.bus import TraceBus
 from gateway.types import ASGIApp, Headers, Receive, Scope, Send
 
@@ -81,14 +86,14 @@ class DoorSettings:
 
 
 class DoorTasks(Protocol):
-    """What stands behind a door's JSON-RPC endpoint: the tasks of this member. Two
+    """What stands behind a door's bindings: the tasks of this member. Two
     kinds: :class:`LocalTasks` (the agent runs here, in a :class:`TaskStore`) and the
     relay of a gateway member (:class:`gateway.relay.tasks.RelayTasks`, the tasks run in the
     upstream A2A server). The member runtime drives either through :class:`Door`."""
 
-    #: The JSON-RPC endpoint serving these tasks (``POST /``); the HTTP+JSON binding
-    #: dispatches to its handlers too.
-    endpoint: JsonRpcEndpoint
+    #: The A2A methods over these tasks, binding-neutral: the door builds its JSON-RPC
+    #: and HTTP+JSON bindings over them.
+    methods: A2AMethods
 
     @property
     def held(self) -> int:
@@ -113,16 +118,14 @@ class DoorTasks(Protocol):
 
 class LocalTasks:
     """The tasks of a member whose agent runs in this process: the door's TaskStore and
-    the JSON-RPC endpoint over it."""
+    the A2A methods over it."""
 
-    def __init__(self, agent: AgentFn, settings: DoorSettings, policy: AuthPolicy,
-                 trace: TraceBus) -> None:
+    def __init__(self, agent: AgentFn, settings: DoorSettings, trace: TraceBus) -> None:
         self.store = TaskStore(agent, settings.gate, trace,
                                max_finished=settings.max_finished_tasks,
                                max_finished_bytes=settings.max_finished_bytes)
-        self.endpoint: JsonRpcEndpoint = RpcEndpoint(
-            self.store, trace, max_body=policy.max_body, stop=self.store.request_stop,
-            streams=settings.streams.book())
+        self.methods: A2AMethods = LocalMethods(
+            self.store, trace, stop=self.store.request_stop, streams=settings.streams.book())
 
     @property
     def held(self) -> int:
@@ -204,8 +207,12 @@ class Door:
         #: by the address its clients used.
         self._cards_by_port: dict[int, CardRoute] = {}
         self._cards_by_host: dict[str, CardRoute] = {}
-        self._rpc = tasks.endpoint
-        self._rest = RestEndpoint(tasks.endpoint, max_body=policy.max_body)
+        # The bindings, thin over the one set of methods, share the streams' one timer.
+        keepalive = KeepAlive.for_door()
+        self._rpc = JsonRpcBinding(tasks.methods, max_body=policy.max_body,
+                                   keepalive=keepalive)
+        self._rest = RestBinding(tasks.methods, max_body=policy.max_body,
+                                 keepalive=keepalive)
         self._out_root = (os.path.realpath(settings.out_dir)
                           if settings.out_dir is not None else None)
         #: The A2A app without DoorAuth (for benchmarks and tests that set the Caller).
@@ -359,25 +366,28 @@ class Door:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             return
-        path = route_path(scope)
+        route: Route | None = scope.get(ROUTE_SCOPE_KEY)
+        if route is None:  # the app without DoorAuth (benchmarks, tests): classify here
+            route = scope[ROUTE_SCOPE_KEY] = classify(scope)
+        kind = route.kind
         method = scope["method"]
-        if path.strip("/") == "":
+        if kind is RPC:
             if method == "POST":
                 await self._rpc(scope, receive, send)
             else:
                 await send_not_allowed(send, b"POST")
-        elif path == CARD_PATH:
+        elif kind is CARD:
             if method in ("GET", "HEAD"):
                 await self._card_for(scope)(scope, receive, send)
             else:
                 await send_not_allowed(send, b"GET, HEAD")
-        elif path == HEALTH_PATH:
+        elif kind is HEALTH:
             if method in ("GET", "HEAD"):
                 await send_response(send, 200, b"ok", [(b"content-type", b"text/plain")],
                                     head=method == "HEAD")
             else:
                 await send_not_allowed(send, b"GET, HEAD")
-        elif path == METRICS_PATH and self.policy.authenticated:
+        elif kind is METRICS and self.policy.authenticated:
             # DoorAuth let only the operator or a credential with the Metrics scope
             # through; a public door has no one to show them to (its 404 below).
             if method in ("GET", "HEAD"):
@@ -385,9 +395,10 @@ class Door:
                                     [(b"content-type", CONTENT_TYPE)], head=method == "HEAD")
             else:
                 await send_not_allowed(send, b"GET, HEAD")
-        elif path.startswith(FILES_PREFIX):
+        elif kind is FILES and route.path.startswith(FILES_PREFIX):
             if method in ("GET", "HEAD"):
-                await self._file(scope, send, path[len(FILES_PREFIX):], caller_of(scope))
+                await self._file(scope, send, route.path[len(FILES_PREFIX):],
+                                 caller_of(scope))
             else:
                 await send_not_allowed(send, b"GET, HEAD")
         else:
@@ -488,7 +499,7 @@ def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | N
     policy = policy if policy is not None else AuthPolicy()
     trace = trace if trace is not None else TraceBus()
     card = CardRoute(settings.card, authenticated=policy.authenticated)
-    return Door(LocalTasks(agent, settings, policy, trace), settings, policy, trace, card,
+    return Door(LocalTasks(agent, settings, trace), settings, policy, trace, card,
                 metrics)
 
 

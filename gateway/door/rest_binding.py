@@ -1,18 +1,20 @@
-"""The door's HTTP+JSON binding (A2A 1.0 section 11): the same methods as the JSON-RPC
-endpoint, run by the same handlers, in another framing.
+"""The door's HTTP+JSON binding (A2A 1.0 section 11): the door's A2A methods
+(:mod:`gateway.door.methods`), the same handlers the JSON-RPC binding runs, in another
+framing.
 
 A request is judged in this order, the first failure answering (docs/bindings.md):
 
-1. the route: the verb and path name a method (:func:`gateway.a2a.rest_routes.match_rest`,
-   the match DoorAuth made when there is one); a path of the binding with another verb
-   is ``405`` with ``Allow``, any other path the door's ``404``;
+1. the route: the verb and path name a method (the :class:`gateway.routes.Route`
+   DoorAuth classified, or the door when it runs without DoorAuth); a path of the
+   binding with another verb is ``405`` with ``Allow``, any other path the door's
+   ``404``;
 2. the ``Content-Type``: a POST that announces a body, names a content type, or comes
    from a browser (an ``Origin`` header) must declare JSON (``-32005``, before the body
    is read), so no web page can send one without a CORS preflight;
 3. the body, read once and bounded (``413`` past the door's limit), one JSON object
    (``-32700``);
 4. the A2A version (``-32009``), before the method is looked up;
-5. the method, from the JSON-RPC endpoint's own table (:meth:`JsonRpcEndpoint.handlers`:
+5. the method, from the door's one table (:meth:`gateway.door.methods.A2AMethods.handlers`:
    the push configuration paths and ``/extendedAgentCard`` are refused as their
    JSON-RPC methods are);
 6. the parameters: the body's fields, then the path's ids, then the query's (camelCase,
@@ -35,15 +37,14 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from gateway.a2a.jsonrpc import RequestError, RpcError, dumps, parse_body
-from gateway.a2a.rest_routes import RestMatch, RestRoute, match_rest
-from gateway.caller import REST_SCOPE_KEY, caller_of
+from gateway.a2a.rest_routes import RestRoute
+from gateway.caller import caller_of
 from gateway.door.jsonrpc_binding import (
-    JsonRpcEndpoint,
-    Streaming,
-    Unary,
     check_version,
     content_type_not_supported,
+    serve_method_stream,
 )
+from gateway.door.methods import A2AMethods, Streaming, Unary
 from gateway.http_io import (
     BodyTooLarge,
     is_json_content_type,
@@ -51,8 +52,9 @@ from gateway.http_io import (
     send_error,
     send_not_allowed,
 )
-from gateway.protocol import VERSION_HEADER, route_path
-from gateway.sse import SSE_HEADERS, sse_event
+from gateway.protocol import VERSION_HEADER
+from gateway.routes import ROUTE_SCOPE_KEY, Route
+from gateway.sse import SSE_HEADERS, KeepAlive, sse_event
 from gateway.trace.context import (
     INCOMING_TRACEPARENT,
     TASK_STARTING_METHODS,
@@ -77,30 +79,30 @@ _VERSION = VERSION_HEADER.encode("ascii")
 _ORIGIN = b"origin"
 
 
-class RestEndpoint:
-    """Every path of the HTTP+JSON binding, served by ``rpc``'s handlers (a local door's
-    or a relay's), with ``rpc``'s keep-alive for streams."""
+class RestBinding:
+    """Every path of the HTTP+JSON binding, served by ``methods`` (a local door's or a
+    relay's); streams are kept alive by the door's one ``keepalive`` timer."""
 
-    def __init__(self, rpc: JsonRpcEndpoint, *, max_body: int) -> None:
-        self._rpc = rpc
+    def __init__(self, methods: A2AMethods, *, max_body: int, keepalive: KeepAlive) -> None:
+        self._methods = methods
+        self._keepalive = keepalive
         self._max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route: RestRoute | None = scope.get(REST_SCOPE_KEY)
+        door_route: Route = scope[ROUTE_SCOPE_KEY]
+        route = door_route.rest
         if route is None:
-            match = match_rest(scope["method"], route_path(scope))
-            if match is None or match.route is None:
-                await _no_route(send, match)
-                return
-            route = match.route
+            await _no_route(send, door_route.allowed)
+            return
         try:
             params, unary, streaming = await self._request(scope, receive, route)
             caller = caller_of(scope)
             if route.method in TASK_STARTING_METHODS:     # the task's span is its child
                 INCOMING_TRACEPARENT.set(incoming_traceparent(scope))
             if streaming is not None:
-                await self._rpc.stream(receive, send, route.method, params, caller,
-                                       streaming, _RestFraming, SSE_HEADERS)
+                await serve_method_stream(self._methods, self._keepalive, receive, send,
+                                          route.method, params, caller, streaming,
+                                          _RestFraming, SSE_HEADERS)
                 return
             assert unary is not None
             body = dumps(await unary(params, caller))
@@ -158,7 +160,7 @@ class RestEndpoint:
             elif route.method in ("SendMessage", "SendStreamingMessage") and not json_declared:
                 raise content_type_not_supported()
         check_version(scope, version)
-        unary, streaming = self._rpc.handlers(route.method)  # refused before its parameters
+        unary, streaming = self._methods.handlers(route.method)  # refused before its parameters
         if route.task_id is not None:
             params["id"] = route.task_id  # the path's id wins over one in the body
         if route.tenant is not None:
@@ -220,8 +222,10 @@ async def _send_error(send: Send, error: RpcError) -> None:
     await _send(send, status, dumps(document), A2A_JSON, extra)
 
 
-async def _no_route(send: Send, match: RestMatch | None) -> None:
-    if match is None:
+async def _no_route(send: Send, allowed: tuple[str, ...]) -> None:
+    """``404`` for a path of no binding, ``405`` with ``Allow`` for a verb the path does
+    not take."""
+    if not allowed:
         await send_error(send, 404, "not_found", "There is nothing at this path.")
     else:
-        await send_not_allowed(send, ", ".join(match.allowed).encode("ascii"))
+        await send_not_allowed(send, ", ".join(allowed).encode("ascii"))

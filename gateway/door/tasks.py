@@ -26,20 +26,19 @@ published (copy-on-write), so a queued stream event never changes under its read
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import os
-import sys
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 from gateway.a2a.jsonrpc import RpcError, member_busy
 from gateway.a2a.models import ListTasksRequest
 from gateway.caller import Caller
+from gateway.door.listing import page_of
+from gateway.door.retention import FinishedTasks, json_weight
+from gateway.door.task_record import StreamEvent, TaskRecord, agent_message, message_text, new_id
 from gateway.errors import GatewayError
 from gateway.protocol import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
 from gateway.trace.bus import TraceBus, utc_timestamp
@@ -48,20 +47,12 @@ from gateway.trace.context import INCOMING_TRACEPARENT, task_span
 log = logging.getLogger("murmur.door")
 
 AgentFn = Callable[["TaskRun"], Awaitable[str | None]]
-StreamEvent = dict[str, Any]
 TaskListener = Callable[[dict[str, Any]], None]
 
-DEFAULT_PAGE_SIZE = 50
 RESULT_ARTIFACT_NAME = "result"
 #: Ended tasks kept, at most, and the bytes they may hold together (docs/door.md, "Tasks").
 DEFAULT_MAX_FINISHED = 10_000
 DEFAULT_MAX_FINISHED_BYTES = 64 * 1024 * 1024
-#: What a task weighs before its messages and artifacts: the record, its status dicts.
-_RECORD_WEIGHT = 1024
-#: json_weight's costs: a dict, each of its entries (key, slot, a short string's header),
-#: a list and each of its items; past _LONG_TEXT characters a string is measured.
-_DICT_WEIGHT, _ENTRY_WEIGHT, _LIST_WEIGHT, _ITEM_WEIGHT = 64, 80, 56, 8
-_LONG_TEXT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,86 +86,10 @@ class TaskEndedError(GatewayError, RuntimeError):
     """An agent reported on a task that has already ended (or replied)."""
 
 
-def new_id() -> str:
-    """A fresh id: 128 random bits in 32 hex digits (as unguessable as a UUID4)."""
-    return os.urandom(16).hex()
-
-
-def agent_message(text: str, context_id: str, task_id: str | None) -> dict[str, Any]:
-    message: dict[str, Any] = {"messageId": new_id(), "contextId": context_id}
-    if task_id is not None:
-        message["taskId"] = task_id
-    message["role"] = "ROLE_AGENT"
-    message["parts"] = [{"text": text}]
-    return message
-
-
 #: States whose ``task_state`` trace record says why (the status message's text): how a
 #: task failed, was refused or canceled, or what it asks for.
 _REASONED_STATES: frozenset[str] = frozenset({
     TaskState.FAILED, TaskState.REJECTED, TaskState.CANCELED, *INTERRUPTED_STATES})
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """The text of a message: its text parts joined by newlines."""
-    return "\n".join(
-        part["text"] for part in message.get("parts", ()) if isinstance(part.get("text"), str)
-    )
-
-
-class TaskRecord:
-    """One task: its wire state plus what the door needs to drive and watch it."""
-
-    __slots__ = (
-        "id", "context_id", "owner", "caller", "state", "status", "artifacts", "history",
-        "metadata", "updated_ns", "subscribers", "waiters", "runner", "input_waiter",
-        "revealed", "reply", "first_message", "size",
-    )
-
-    def __init__(self, message: dict[str, Any], caller: Caller,
-                 metadata: dict[str, Any] | None) -> None:
-        self.id = new_id()
-        self.context_id: str = message.get("contextId") or new_id()
-        self.owner = caller.credential.owner
-        self.caller = caller
-        self.first_message = {**message, "taskId": self.id, "contextId": self.context_id}
-        self.history: list[dict[str, Any]] = [self.first_message]
-        self.artifacts: list[dict[str, Any]] = []
-        self.metadata = metadata
-        self.state: str = TaskState.SUBMITTED
-        self.status: dict[str, Any] = {"state": self.state, "timestamp": utc_timestamp()}
-        self.updated_ns = time.time_ns()
-        self.subscribers: list[asyncio.Queue[StreamEvent | None]] = []
-        self.waiters: list[tuple[asyncio.Future[None], bool]] = []
-        self.runner: asyncio.Task[None] | None = None
-        self.input_waiter: asyncio.Future[dict[str, Any]] | None = None
-        #: Whether the task was shown to anyone; a task never shown may answer a blocking
-        #: SendMessage with a Message alone (task.reply) and leave no task behind.
-        self.revealed = False
-        self.reply: dict[str, Any] | None = None
-        #: Estimated bytes held (``json_weight``), grown as messages and artifacts arrive.
-        self.size = _RECORD_WEIGHT + json_weight(self.first_message)
-        if metadata:
-            self.size += json_weight(metadata)
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    def snapshot(self, history_length: int | None = None, *,
-                 include_artifacts: bool = True) -> dict[str, Any]:
-        """The Task as A2A sends it; ``history_length`` None means all of the history."""
-        task: dict[str, Any] = {"id": self.id, "contextId": self.context_id,
-                                "status": self.status}
-        if include_artifacts and self.artifacts:
-            task["artifacts"] = list(self.artifacts)
-        if history_length is None:
-            task["history"] = list(self.history)
-        elif history_length > 0:
-            task["history"] = self.history[-history_length:]
-        if self.metadata:
-            task["metadata"] = self.metadata
-        return task
 
 
 class TaskListeners:
@@ -225,11 +140,8 @@ class TaskStore(TaskListeners):
         self.gate = gate
         self._trace = trace
         self._tasks: dict[str, TaskRecord] = {}
-        #: Ended tasks still kept, oldest first, with the bytes each was counted at.
-        self._finished: OrderedDict[str, int] = OrderedDict()
-        self._finished_bytes = 0
-        self._max_finished = max_finished
-        self._max_finished_bytes = max_finished_bytes
+        #: Ended tasks still kept, within their bounds (gateway/door/retention.py).
+        self.finished = FinishedTasks(max_finished, max_finished_bytes, self._forget)
         self._running: set[TaskRecord] = set()
         self._queue: deque[TaskRecord] = deque()
         self._accepted = 0
@@ -252,7 +164,7 @@ class TaskStore(TaskListeners):
     @property
     def finished_bytes(self) -> int:
         """The estimated bytes of the ended tasks still kept."""
-        return self._finished_bytes
+        return self.finished.bytes
 
     def visible(self, task_id: Any, caller: Caller) -> TaskRecord:
         """The task ``task_id`` if ``caller`` may reach it, else the one -32001."""
@@ -263,32 +175,16 @@ class TaskStore(TaskListeners):
 
     def list_tasks(self, caller: Caller, request: ListTasksRequest) -> dict[str, Any]:
         """ListTasks: the caller's tasks, newest status first, cursor-paginated."""
-        after_ns = parse_status_time(request.status_timestamp_after)
-        chosen = [
-            record for record in self._tasks.values()
-            if _may_see(caller, record)
-            and (not request.context_id or record.context_id == request.context_id)
-            and (request.status is None or record.state == request.status)
-            and (after_ns is None or record.updated_ns >= after_ns)
-        ]
-        chosen.sort(key=lambda record: (record.updated_ns, record.id), reverse=True)
-        page_size = request.page_size or DEFAULT_PAGE_SIZE
-        start = 0
-        if request.page_token:
-            cursor = decode_cursor(request.page_token)
-            while start < len(chosen) and (chosen[start].updated_ns, chosen[start].id) >= cursor:
-                start += 1
-        page = chosen[start:start + page_size]
-        more = start + page_size < len(chosen)
+        page = page_of((record for record in self._tasks.values() if _may_see(caller, record)),
+                       request)
         # Unset means no limit, as for GetTask (the specification's history-length rule).
         history = request.history_length
         tasks = []
-        for record in page:
+        for record in page.tasks:
             record.revealed = True
             tasks.append(record.snapshot(history, include_artifacts=request.include_artifacts))
-        next_token = encode_cursor(page[-1].updated_ns, page[-1].id) if more and page else ""
-        return {"tasks": tasks, "nextPageToken": next_token, "pageSize": page_size,
-                "totalSize": len(chosen)}
+        return {"tasks": tasks, "nextPageToken": page.next_token, "pageSize": page.page_size,
+                "totalSize": page.total}
 
     # --- sending ---------------------------------------------------------------------
 
@@ -519,17 +415,11 @@ class TaskStore(TaskListeners):
             # Answered with a Message alone: the task is not kept.
             self._tasks.pop(record.id, None)
             return
-        if record.id in self._finished:
-            return
-        self._finished[record.id] = record.size
-        self._finished_bytes += record.size
-        # The task that just ended stays even when it alone is over the budget: its
-        # caller may still GetTask it once; the next task to end pushes it out.
-        while len(self._finished) > 1 and (len(self._finished) > self._max_finished
-                                           or self._finished_bytes > self._max_finished_bytes):
-            oldest, weight = self._finished.popitem(last=False)
-            self._finished_bytes -= weight
-            self._tasks.pop(oldest, None)
+        self.finished.remember(record.id, record.size)
+
+    def _forget(self, task_id: str) -> None:
+        """An ended task past the retention bounds: it answers -32001 from now on."""
+        self._tasks.pop(task_id, None)
 
     def _publish(self, record: TaskRecord, event: StreamEvent) -> None:
         for queue in record.subscribers:
@@ -676,34 +566,6 @@ class TaskRun:
         self._store._reply(record, text)
 
 
-def json_weight(value: Any) -> int:
-    """About how many bytes a JSON-shaped value holds in memory, cheaply: a fixed cost per
-    container and entry, plus each string's length (its real size once it is long, so
-    that wide characters count fully). It errs high for small values, and is walked with
-    a stack, not recursion, so a deeply nested value cannot overflow it."""
-    total = 0
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            total += _DICT_WEIGHT + _ENTRY_WEIGHT * len(item)
-            for entry in item.values():
-                if type(entry) is str:  # the common leaf, counted without a push
-                    total += len(entry) if len(entry) < _LONG_TEXT else sys.getsizeof(entry)
-                else:
-                    stack.append(entry)
-        elif kind is list or kind is tuple:
-            total += _LIST_WEIGHT + _ITEM_WEIGHT * len(item)
-            stack.extend(item)
-        elif kind is str:
-            total += _ENTRY_WEIGHT + (len(item) if len(item) < _LONG_TEXT
-                                      else sys.getsizeof(item))
-        else:
-            total += sys.getsizeof(item)
-    return total
-
-
 def acts_as_operator(caller: Caller) -> bool:
     """The session's operator; at a public door (nothing authenticated, every caller is
     ``public``) every caller is, as nobody can be told apart from the operator there."""
@@ -712,33 +574,3 @@ def acts_as_operator(caller: Caller) -> bool:
 
 def _may_see(caller: Caller, record: TaskRecord) -> bool:
     return acts_as_operator(caller) or caller.credential.owner == record.owner
-
-
-def encode_cursor(updated_ns: int, task_id: str) -> str:
-    raw = f"{updated_ns}:{task_id}".encode("ascii")
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
-def decode_cursor(token: str) -> tuple[int, str]:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
-        stamp, task_id = raw.split(":", 1)
-        return int(stamp), task_id
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RpcError("INVALID_PARAMS",
-                       "pageToken: not a token this door issued; "
-                       "pass the nextPageToken of the previous page") from exc
-
-
-def parse_status_time(value: str | None) -> int | None:
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise RpcError("INVALID_PARAMS",
-                       "statusTimestampAfter: use an ISO 8601 time such as "
-                       "2026-01-02T03:04:05Z") from exc
-    if moment.tzinfo is None:
-        raise RpcError("INVALID_PARAMS", "statusTimestampAfter: give the time in UTC (Z)")
-    return int(moment.timestamp() * 1_000_000_000)

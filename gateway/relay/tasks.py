@@ -2,7 +2,7 @@
 (docs/gateway.md). DoorAuth is unchanged in front; behind it, instead of the local
 executor, :class:`RelayTasks`, in this order:
 
-1. **What the door knows** (:class:`KnownTask`): the task a caller's new message
+1. **What the door knows** (:class:`gateway.relay.known.KnownTask`): the task a caller's new message
    started, recorded as that caller's when the upstream first names it in its answer (a
    result's task, a stream's Task, status or artifact events), with the last state and
    Task the door saw. One request records at most that one task (:class:`Claim`): any
@@ -18,7 +18,8 @@ executor, :class:`RelayTasks`, in this order:
    door's non-terminal tasks plus the new tasks in flight reach ``concurrency +
    queue_depth`` (``single``: after the first); push configurations are refused
    (``-32003``), never forwarded.
-4. **Forwarding**: each method's params go as the caller sent them, with the door's own
+4. **Forwarding** (:class:`gateway.relay.methods.RelayMethods`, the A2A methods the
+   door's bindings frame): each method's params go as the caller sent them, with the door's own
    request id, ``A2A-Version: 1.0`` and the manifest's headers (:mod:`gateway.relay.client`);
    answers come back as the upstream gave them, streams event by event with the door's
    keep-alive; the upstream's own errors pass through, every other failure is ``-32603``
@@ -30,8 +31,9 @@ executor, :class:`RelayTasks`, in this order:
    at once. ``SubscribeToTask`` opens one upstream stream per task, shared by every
    local subscriber (:mod:`gateway.relay.fanout`); the upstream client keeps its streams and
    its calls in separate pools, so streams never take a call's connection.
-6. **ListTasks** is the door's: the tasks it knows that the caller may see, filtered and
-   paged as a local door pages (the same cursors), each page's tasks read fresh from the
+6. **ListTasks** (also in :mod:`gateway.relay.methods`) is the door's: the tasks it
+   knows that the caller may see, filtered and paged as a local door pages (the same
+   cursors, :mod:`gateway.door.listing`), each page's tasks read fresh from the
    upstream.
 7. **Wind-down**: the gate closes, every live task is cancelled in the upstream, and
    :meth:`RelayTasks.drained` waits for those cancels; the runtime ends the upstream's
@@ -45,33 +47,23 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gateway.a2a.jsonrpc import RpcError, member_busy
-from gateway.a2a.models import IDENTIFIER_LIMIT, ListTasksRequest
+from gateway.a2a.models import IDENTIFIER_LIMIT
 from gateway.auth.door_auth import AuthPolicy
 from gateway.caller import Caller
 from gateway.door.app import OPERATOR_CALLER, Door, DoorSettings
 from gateway.door.card import CardInfo, CardRoute, merged_card
-from gateway.door.jsonrpc_binding import JsonRpcEndpoint, send_message_request, validate_params
-from gateway.door.streams import StreamBook
-from gateway.door.tasks import (
-    DEFAULT_PAGE_SIZE,
-    TaskListeners,
-    acts_as_operator,
-    decode_cursor,
-    encode_cursor,
-    json_weight,
-    new_id,
-    parse_status_time,
-)
+from gateway.door.methods import A2AMethods
+from gateway.door.retention import FinishedTasks, json_weight
+from gateway.door.task_record import new_id
+from gateway.door.tasks import TaskListeners, acts_as_operator
 from gateway.metrics import DoorMetrics
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.relay.client import UpstreamClient, UpstreamError
-from gateway.relay.fanout import Fanout
+from gateway.relay.known import TASK_NOT_FOUND, Claim, KnownTask
+from gateway.relay.methods import RelayMethods
 from gateway.trace.bus import TraceBus, utc_timestamp
 from gateway.trace.context import INCOMING_TRACEPARENT, Span, task_span, traceparent
 
@@ -82,7 +74,6 @@ log = logging.getLogger("murmur.relay")
 FOLLOW_FIRST: Final = 0.2
 FOLLOW_GROWTH: Final = 1.5
 FOLLOW_MOST: Final = 2.0
-_TASK_NOT_FOUND: Final = -32001
 
 #: The span of the new task the request being handled is starting upstream, until the
 #: upstream names the task (set by ``RelayTasks._new_task_span``; one request, one task).
@@ -90,73 +81,29 @@ _NEW_TASK_SPAN: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
     "murmur_relay_task_span", default=None)
 
 
-@dataclass(slots=True)
-class KnownTask:
-    """One task the upstream reported to a caller of this door."""
-
-    id: str
-    owner: str
-    context_id: str
-    state: str
-    updated_ns: int
-    #: The last Task the door saw of it (None until it saw one whole).
-    snapshot: dict[str, Any] | None = None
-    weight: int = 0
-    #: Forgotten by the upstream (GetTask said -32001): no longer live, not followed.
-    lost: bool = False
-    #: Whether a ``task_state`` record was written for it yet.
-    reported: bool = False
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def live(self) -> bool:
-        return not self.lost and self.state not in TERMINAL_STATES
-
-
-def _task_id(params: dict[str, Any]) -> str:
-    task_id = params.get("id")
-    if not (type(task_id) is str and task_id and len(task_id) <= IDENTIFIER_LIMIT):
-        raise RpcError("INVALID_PARAMS", f"id: a task id of 1 to {IDENTIFIER_LIMIT} "
-                                         "characters is required")
-    return task_id
-
-
-@dataclass(slots=True)
-class Claim:
-    """What one request may record: the first task its answer names when it is a new
-    message (``starts``), else nothing new; ``ignored`` counts the other ids named."""
-
-    caller: Caller
-    starts: bool
-    task_id: str | None = None
-    ignored: int = 0
-
-
 class RelayTasks(TaskListeners):
     """The tasks of a gateway member (see the module docstring); a ``DoorTasks``."""
 
-    def __init__(self, client: UpstreamClient, settings: DoorSettings, policy: AuthPolicy,
-                 trace: TraceBus) -> None:
+    def __init__(self, client: UpstreamClient, settings: DoorSettings, trace: TraceBus) -> None:
         super().__init__()
         self._client = client
         self._gate = settings.gate
         self._trace = trace
-        self._max_finished = settings.max_finished_tasks
-        self._max_finished_bytes = settings.max_finished_bytes
         self._tasks: dict[str, KnownTask] = {}
-        self._finished: OrderedDict[str, int] = OrderedDict()
-        self._finished_bytes = 0
+        #: Ended tasks kept within the door's bounds, as a local door keeps its own.
+        self._finished = FinishedTasks(settings.max_finished_tasks,
+                                       settings.max_finished_bytes, self._forget)
         self._live = 0
         self._in_flight = 0
         self._accepted = 0
         self._ended = 0
         self._accepting = True
         self._followers: dict[str, asyncio.Task[None]] = {}
-        self._fanouts: dict[str, Fanout] = {}
         self._cancels: set[asyncio.Task[None]] = set()
-        self.endpoint: JsonRpcEndpoint = RelayEndpoint(self, trace, max_body=policy.max_body,
-                                                       streams=settings.streams.book(),
-                                                       stop=self.request_stop)
+        self._methods = RelayMethods(self, client, trace, streams=settings.streams.book(),
+                                     stop=self.request_stop)
+        #: The A2A methods over these tasks, relayed (gateway/relay/methods.py).
+        self.methods: A2AMethods = self._methods
 
     # --- 1. what the door knows --------------------------------------------------------
 
@@ -218,9 +165,7 @@ class RelayTasks(TaskListeners):
         state seen, and each change after it, is a ``task_state`` record."""
         if task is not None:
             weight = json_weight(task)
-            if known.id in self._finished:
-                self._finished_bytes += weight - known.weight
-                self._finished[known.id] = weight
+            self._finished.reweigh(known.id, weight)
             known.snapshot, known.weight = task, weight
         if not known.live:
             return
@@ -235,7 +180,7 @@ class RelayTasks(TaskListeners):
                 return
         self._follow(known)
 
-    def _observe_task(self, task: Any, claim: Claim | None) -> None:
+    def observe_task(self, task: Any, claim: Claim | None) -> None:
         """A Task in an answer: recorded under ``claim`` when new (None: only a task
         already known is updated)."""
         if not isinstance(task, dict):
@@ -246,12 +191,12 @@ class RelayTasks(TaskListeners):
             self._observe(known, status.get("state") if isinstance(status, dict) else None,
                           task)
 
-    def _observe_event(self, event: Any, claim: Claim | None) -> None:
+    def observe_event(self, event: Any, claim: Claim | None) -> None:
         """One StreamResponse (or a SendMessage result: ``task`` or ``message``)."""
         if not isinstance(event, dict):
             return
         if "task" in event:
-            self._observe_task(event["task"], claim)
+            self.observe_task(event["task"], claim)
             return
         for key in ("statusUpdate", "artifactUpdate", "message"):
             body = event.get(key)
@@ -299,7 +244,7 @@ class RelayTasks(TaskListeners):
         return {"id": known.id, "contextId": known.context_id,
                 "status": {"state": known.state, "timestamp": utc_timestamp()}}
 
-    def _lose(self, known: KnownTask) -> None:
+    def lose(self, known: KnownTask) -> None:
         """The upstream forgot a live task: it holds no place in the gate any more."""
         if known.live:
             known.lost = True
@@ -315,15 +260,11 @@ class RelayTasks(TaskListeners):
                 self.request_stop("after_task")
 
     def _remember_finished(self, known: KnownTask) -> None:
-        if known.id in self._finished:
-            return
-        self._finished[known.id] = known.weight
-        self._finished_bytes += known.weight
-        while len(self._finished) > 1 and (len(self._finished) > self._max_finished
-                                           or self._finished_bytes > self._max_finished_bytes):
-            oldest, weight = self._finished.popitem(last=False)
-            self._finished_bytes -= weight
-            self._tasks.pop(oldest, None)
+        self._finished.remember(known.id, known.weight)
+
+    def _forget(self, task_id: str) -> None:
+        """An ended task past the bounds: the door knows it no more (-32001)."""
+        self._tasks.pop(task_id, None)
 
     # --- 2. ownership ------------------------------------------------------------------
 
@@ -351,43 +292,10 @@ class RelayTasks(TaskListeners):
         self._in_flight -= 1
         self._after_task()
 
-    # --- 4. forwarding -----------------------------------------------------------------
+    # --- 4. forwarding (gateway/relay/methods.py): the new task's span -----------------
 
-    async def send(self, params: dict[str, Any], caller: Caller) -> Any:
-        """SendMessage: a follow-up of an owned task, or a new task through the gate."""
-        new = self._check_send(params, caller)
-        claim = Claim(caller, starts=new)
-        if not new:
-            result = await self._client.call("SendMessage", params)
-            self._observe_event(result, claim)
-            return result
-        self.admit()
-        try:
-            result = await self._client.call("SendMessage", params,
-                                             trace_parent=self._new_task_span())
-            self._observe_event(result, claim)
-        finally:
-            _NEW_TASK_SPAN.set(None)      # no task named: the span goes with the request
-            self.release()
-        return result
-
-    async def send_streaming(self, params: dict[str, Any],
-                             caller: Caller) -> AsyncIterator[Any]:
-        new = self._check_send(params, caller)
-        if not new:
-            return self._observed(await self._client.stream("SendStreamingMessage", params),
-                                  Claim(caller, starts=False))
-        self.admit()
-        try:
-            events = await self._client.stream("SendStreamingMessage", params,
-                                               trace_parent=self._new_task_span())
-        except BaseException:
-            _NEW_TASK_SPAN.set(None)
-            self.release()
-            raise
-        return self._observed(events, Claim(caller, starts=True), holding=True)
-
-    def _new_task_span(self) -> bytes:
+    @staticmethod
+    def new_task_span() -> bytes:
         """The span of the task a new message is about to start upstream: its
         ``traceparent`` goes with the request (the upstream's spans are its children),
         and ``a2a_task_received`` records it once the upstream names the task."""
@@ -395,70 +303,17 @@ class RelayTasks(TaskListeners):
         _NEW_TASK_SPAN.set(span)
         return traceparent(span)
 
-    async def _observed(self, events: AsyncIterator[Any], claim: Claim | None, *,
-                        holding: bool = False) -> AsyncIterator[Any]:
-        """``events`` as they come, each observed first; a place taken at the gate is
-        given back once the first event has named the task (or the stream ends)."""
-        try:
-            async for event in events:
-                self._observe_event(event, claim)
-                if holding:
-                    holding = False
-                    self.release()
-                yield event
-        finally:
-            _NEW_TASK_SPAN.set(None)
-            if holding:
-                self.release()
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
+    @staticmethod
+    def drop_new_task_span() -> None:
+        """The request named no task: its span goes with it."""
+        _NEW_TASK_SPAN.set(None)
 
-    def _check_send(self, params: dict[str, Any], caller: Caller) -> bool:
-        """Validate a SendMessage; whether it starts a new task (a follow-up's task
-        must be the caller's)."""
-        request = send_message_request(params)
-        task_id = request.message.task_id
-        if task_id:
-            self.reach(task_id, caller)
-            return False
-        return True
-
-    async def get(self, params: dict[str, Any], caller: Caller) -> Any:
-        known = self.reach(_task_id(params), caller)
-        task = await self._client.call("GetTask", params)
-        if known is not None:
-            self._observe_task(task, None)
-        return task
-
-    async def cancel_task(self, params: dict[str, Any], caller: Caller) -> Any:
-        known = self.reach(_task_id(params), caller)
-        task = await self._client.call("CancelTask", params)
-        if known is not None:
-            self._observe_task(task, None)
-        return task
-
-    async def subscribe(self, params: dict[str, Any], caller: Caller) -> AsyncIterator[Any]:
-        """The task's one upstream subscription, opened by its first subscriber and
-        shared with every later one (:mod:`gateway.relay.fanout`)."""
-        task_id = _task_id(params)
-        self.reach(task_id, caller)
-        fanout = self._fanouts.get(task_id)
-        if fanout is not None and not fanout.closed:
-            async def now() -> dict[str, Any]:
-                return {"task": await self._client.call("GetTask", {"id": task_id})}
-
-            return fanout.join(first=now)
-        upstream = await self._client.stream("SubscribeToTask", {"id": task_id})
-        fanout = Fanout(upstream, on_event=lambda event: self._observe_event(event, None),
-                        on_close=lambda closed: self._forget_fanout(task_id, closed))
-        self._fanouts[task_id] = fanout
-        return fanout.join()
-
-    def _forget_fanout(self, task_id: str, fanout: Fanout) -> None:
-        if self._fanouts.get(task_id) is fanout:
-            del self._fanouts[task_id]
+    def visible(self, caller: Caller) -> list[KnownTask]:
+        """The known tasks ``caller`` may list (the operator: all), none forgotten upstream."""
+        operator = acts_as_operator(caller)
+        owner = caller.credential.owner
+        return [known for known in self._tasks.values()
+                if (operator or known.owner == owner) and not known.lost]
 
     # --- 5. following ------------------------------------------------------------------
 
@@ -480,60 +335,16 @@ class RelayTasks(TaskListeners):
                     task = await self._client.call("GetTask", {"id": known.id,
                                                                "historyLength": 0})
                 except UpstreamError as exc:
-                    if exc.code == _TASK_NOT_FOUND:
-                        self._lose(known)
+                    if exc.code == TASK_NOT_FOUND:
+                        self.lose(known)
                         return
                     continue
                 except RpcError:
                     continue  # the upstream is down for now; the runtime watches it
-                self._observe_task(task, None)
+                self.observe_task(task, None)
         finally:
             if self._followers.get(known.id) is asyncio.current_task():
                 del self._followers[known.id]
-
-    # --- 6. ListTasks ------------------------------------------------------------------
-
-    async def list_tasks(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        request: ListTasksRequest = validate_params(ListTasksRequest, params)
-        after_ns = parse_status_time(request.status_timestamp_after)
-        operator = acts_as_operator(caller)
-        owner = caller.credential.owner
-        chosen = [known for known in self._tasks.values()
-                  if (operator or known.owner == owner) and not known.lost
-                  and (not request.context_id or known.context_id == request.context_id)
-                  and (request.status is None or known.state == request.status)
-                  and (after_ns is None or known.updated_ns >= after_ns)]
-        chosen.sort(key=lambda known: (known.updated_ns, known.id), reverse=True)
-        page_size = request.page_size or DEFAULT_PAGE_SIZE
-        start = 0
-        if request.page_token:
-            cursor = decode_cursor(request.page_token)
-            while start < len(chosen) and (chosen[start].updated_ns, chosen[start].id) >= cursor:
-                start += 1
-        page = chosen[start:start + page_size]
-        more = start + page_size < len(chosen)
-        tasks = await asyncio.gather(*(self._fresh(known, request) for known in page))
-        next_token = encode_cursor(page[-1].updated_ns, page[-1].id) if more and page else ""
-        return {"tasks": [task for task in tasks if task is not None],
-                "nextPageToken": next_token, "pageSize": page_size,
-                "totalSize": len(chosen)}
-
-    async def _fresh(self, known: KnownTask, request: ListTasksRequest) -> dict[str, Any] | None:
-        params: dict[str, Any] = {"id": known.id}
-        if request.history_length is not None:
-            params["historyLength"] = request.history_length
-        try:
-            task = await self._client.call("GetTask", params)
-        except UpstreamError as exc:
-            if exc.code == _TASK_NOT_FOUND:
-                self._lose(known)
-                return None
-            raise
-        if not isinstance(task, dict):
-            return None
-        if not request.include_artifacts:
-            task = {key: value for key, value in task.items() if key != "artifacts"}
-        return task
 
     # --- the runtime's handles ---------------------------------------------------------
 
@@ -541,7 +352,7 @@ class RelayTasks(TaskListeners):
         """A task from the runtime itself (``mur run --task``), started in the upstream
         as any caller's would be; returns its id."""
         message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": text}]}
-        result = await self.send({"message": message,
+        result = await self._methods.send_message({"message": message,
                                   "configuration": {"returnImmediately": True}}, caller)
         task = result.get("task") if isinstance(result, dict) else None
         if isinstance(task, dict) and isinstance(task.get("id"), str):
@@ -583,7 +394,7 @@ class RelayTasks(TaskListeners):
         async def cancel() -> None:
             with contextlib.suppress(RpcError):
                 task = await self._client.call("CancelTask", {"id": known.id})
-                self._observe_task(task, None)
+                self.observe_task(task, None)
 
         job = asyncio.get_running_loop().create_task(cancel(), name="murmur-relay-cancel")
         self._cancels.add(job)
@@ -614,28 +425,6 @@ class RelayTasks(TaskListeners):
         await self._client.aclose()
 
 
-class RelayEndpoint(JsonRpcEndpoint):
-    """The JSON-RPC endpoint of a gateway member: the door's framing and order of checks
-    (:class:`gateway.door.jsonrpc_binding.JsonRpcEndpoint`), each A2A method relayed by
-    ``tasks``."""
-
-    def __init__(self, tasks: RelayTasks, trace: TraceBus, *, max_body: int,
-                 stop: Callable[[str], None], keepalive: float | None = None,
-                 streams: StreamBook | None = None) -> None:
-        super().__init__(trace, max_body=max_body, stop=stop, keepalive=keepalive,
-                         streams=streams)
-        self._unary.update({
-            "SendMessage": tasks.send,
-            "GetTask": tasks.get,
-            "CancelTask": tasks.cancel_task,
-            "ListTasks": tasks.list_tasks,
-        })
-        self._streaming.update({
-            "SendStreamingMessage": tasks.send_streaming,
-            "SubscribeToTask": tasks.subscribe,
-        })
-
-
 def build_gateway_door(client: UpstreamClient, upstream_card: dict[str, Any],
                        settings: DoorSettings, *, policy: AuthPolicy | None = None,
                        trace: TraceBus | None = None,
@@ -649,9 +438,9 @@ def build_gateway_door(client: UpstreamClient, upstream_card: dict[str, Any],
         return merged_card(upstream_card, info, authenticated=authenticated)
 
     card = CardRoute(settings.card, authenticated=policy.authenticated, build=build)
-    return Door(RelayTasks(client, settings, policy, trace), settings, policy, trace, card,
+    return Door(RelayTasks(client, settings, trace), settings, policy, trace, card,
                 metrics)
 
 
-__all__ = ["OPERATOR_CALLER", "KnownTask", "RelayEndpoint", "RelayTasks",
+__all__ = ["OPERATOR_CALLER", "RelayMethods", "RelayTasks",
            "build_gateway_door"]

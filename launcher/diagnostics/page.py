@@ -40,7 +40,7 @@ def render_docs() -> str:
     lines = [
         "# Diagnostics",
         "",
-        "<!-- Generated from launcher/diagnostics.py by "
+        "<!-- Generated from launcher/diagnostics/ by "
         "`python -m launcher.diagnostics --write-docs`. Do not edit by hand. -->",
         "",
         "Every refusal and warning `mur` prints is one of the codes below. On stderr a "

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from gateway.a2a.models import Part
-from gateway.door.tasks import AgentFn, TaskRun, message_text
+from gateway.door.task_record import message_text
+from gateway.door.tasks import AgentFn, TaskRun
 from launcher.errors import LauncherError
 from launcher.spawn.env_names import TASK_ID_ENV
 

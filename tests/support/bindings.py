@@ -29,7 +29,8 @@ from gateway.auth.credentials import DeclaredBearer, OperatorToken
 from gateway.auth.door_auth import AuthPolicy
 from gateway.auth.tokens import FormationVerifier
 from gateway.door.app import OPERATOR_CALLER, Door, DoorSettings, build_door
-from gateway.door.tasks import GateConfig, TaskRun, message_text
+from gateway.door.task_record import message_text
+from gateway.door.tasks import GateConfig, TaskRun
 from gateway.protocol import TERMINAL_STATES
 from tests.support.auth import CI_TOKEN, FORMATION, KEY, mint
 from tests.support.door import BASE_URL, card_info

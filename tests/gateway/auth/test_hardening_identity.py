@@ -29,7 +29,8 @@ import pytest
 from gateway.auth.credentials import DeclaredBearer
 from gateway.auth.door_auth import AuthPolicy
 from gateway.door.app import Door, DoorSettings, build_door
-from gateway.door.tasks import GateConfig, TaskRun, message_text
+from gateway.door.task_record import message_text
+from gateway.door.tasks import GateConfig, TaskRun
 from gateway.proxy.aiohttp_transport import AiohttpTransport
 from gateway.proxy.call_member import CallFailed, MemberCalls
 from gateway.proxy.formation import FormationClient, FormationTransport

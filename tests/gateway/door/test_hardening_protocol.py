@@ -22,7 +22,7 @@ from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gateway.door.jsonrpc_binding
+import gateway.sse
 from gateway.a2a.jsonrpc import dumps
 from gateway.a2a.models import IDENTIFIER_LIMIT, JSON_DEPTH_LIMIT, ListTasksRequest, TaskStatus
 from gateway.auth.credentials import DeclaredBearer, OperatorToken
@@ -30,8 +30,10 @@ from gateway.auth.door_auth import AuthPolicy
 from gateway.auth.tokens import FormationVerifier
 from gateway.caller import CALLER_SCOPE_KEY
 from gateway.door.app import Door, DoorSettings, build_door
-from gateway.door.jsonrpc_binding import SSE_KEEPALIVE_SECONDS, RpcEndpoint, sse_result
+from gateway.door.jsonrpc_binding import JsonRpcBinding, sse_result
+from gateway.door.local_methods import LocalMethods
 from gateway.door.tasks import GateConfig, TaskRun
+from gateway.sse import SSE_KEEPALIVE_SECONDS, KeepAlive
 from gateway.trace.bus import TRACE_STRING_LIMIT, TRACE_VALUE_LIMIT, TraceBus
 from tests.support.auth import FORMATION, KEY, mint
 from tests.support.door import (
@@ -117,7 +119,7 @@ class EndpointApp:
     """The JSON-RPC endpoint alone as an ASGI app, called as the operator (for streams
     with a keep-alive interval of the test's choosing)."""
 
-    def __init__(self, endpoint: RpcEndpoint) -> None:
+    def __init__(self, endpoint: JsonRpcBinding) -> None:
         self.endpoint = endpoint
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -132,8 +134,9 @@ class EndpointApp:
 
 
 def endpoint_for(door: Door, keepalive: float) -> EndpointApp:
-    return EndpointApp(RpcEndpoint(door.store, door.trace, max_body=1 << 20,
-                                   stop=door.request_stop, keepalive=keepalive))
+    methods = LocalMethods(door.store, door.trace, stop=door.request_stop)
+    return EndpointApp(JsonRpcBinding(methods, max_body=1 << 20,
+                                      keepalive=KeepAlive(keepalive)))
 
 
 # --- 1. lone surrogates ----------------------------------------------------------------
@@ -572,15 +575,14 @@ async def test_idle_watch_session_stream_sends_keep_alive_comments() -> None:
 
 
 def test_the_default_keep_alive_is_well_under_a2a_sdks_five_second_timeout() -> None:
-    door = make_door(echo)
     assert SSE_KEEPALIVE_SECONDS <= 5 / 2, "half the read timeout of a2a-sdk's client"
     with pytest.raises(ValueError, match="keepalive"):
-        RpcEndpoint(door.store, door.trace, max_body=1, stop=door.request_stop, keepalive=0)
+        KeepAlive.for_door(0)
 
 
 async def test_a2a_sdk_client_with_a_short_read_timeout_survives_an_idle_stream(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway.door.jsonrpc_binding, "SSE_KEEPALIVE_SECONDS", 0.05)
+    monkeypatch.setattr(gateway.sse, "SSE_KEEPALIVE_SECONDS", 0.05)
     agent = Held()
     door = make_door(agent)
     async with serve(door.app) as url:

@@ -21,13 +21,8 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.door.tasks import (
-    DEFAULT_MAX_FINISHED_BYTES,
-    GateConfig,
-    TaskRun,
-    TaskStore,
-    json_weight,
-)
+from gateway.door.retention import json_weight
+from gateway.door.tasks import DEFAULT_MAX_FINISHED_BYTES, GateConfig, TaskRun, TaskStore
 from gateway.trace.bus import TraceBus
 from tests.support.door import (
     OPERATOR,
@@ -61,9 +56,9 @@ async def get_task(client: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
 
 def test_the_byte_budget_is_64_mib_by_default_and_door_settings_reach_the_store() -> None:
     assert DEFAULT_MAX_FINISHED_BYTES == 64 * MiB
-    assert TaskStore(short_answer, GateConfig(), TraceBus())._max_finished_bytes == 64 * MiB
-    assert make_door(short_answer).store._max_finished_bytes == 64 * MiB
-    assert make_door(short_answer, max_finished_bytes=5 * MiB).store._max_finished_bytes == (
+    assert TaskStore(short_answer, GateConfig(), TraceBus()).finished.max_bytes == 64 * MiB
+    assert make_door(short_answer).store.finished.max_bytes == 64 * MiB
+    assert make_door(short_answer, max_finished_bytes=5 * MiB).store.finished.max_bytes == (
         5 * MiB)
 
 

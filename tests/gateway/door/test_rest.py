@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-import gateway.door.jsonrpc_binding
+import gateway.sse
 from gateway.a2a.jsonrpc import (
     BAD_REQUEST_TYPE,
     ERROR_INFO_TYPE,
@@ -25,10 +25,11 @@ from gateway.a2a.jsonrpc import (
 )
 from gateway.a2a.models import ListTasksRequest
 from gateway.auth.door_auth import AuthPolicy, DoorAuth
-from gateway.caller import CALLER_SCOPE_KEY, REST_SCOPE_KEY
+from gateway.caller import CALLER_SCOPE_KEY
 from gateway.door.app import OPERATOR_CALLER, Door, DoorSettings, build_door
-from gateway.door.jsonrpc_binding import RpcEndpoint
+from gateway.door.local_methods import LocalMethods
 from gateway.door.tasks import GateConfig
+from gateway.routes import ROUTE_SCOPE_KEY
 from gateway.types import Message
 from tests.support.bindings import (
     Agent,
@@ -605,7 +606,7 @@ async def test_a_stream_sends_each_stream_response_bare() -> None:
 
 async def test_an_idle_stream_gets_keep_alive_comments_between_its_events(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway.door.jsonrpc_binding, "SSE_KEEPALIVE_SECONDS", 0.02)
+    monkeypatch.setattr(gateway.sse, "SSE_KEEPALIVE_SECONDS", 0.02)
     door, agent = public_door()
     async with client_for(door.app) as client:
         task_id = await start(client, "hold", immediately=True)
@@ -628,7 +629,7 @@ async def test_an_idle_stream_gets_keep_alive_comments_between_its_events(
 ])
 async def test_a_stream_that_fails_once_open_ends_with_an_error_event_holding_the_status(
         monkeypatch: pytest.MonkeyPatch, failure: Exception, reason: str) -> None:
-    async def failing(self: RpcEndpoint, params: dict[str, Any],
+    async def failing(self: LocalMethods, params: dict[str, Any],
                       caller: Any) -> AsyncIterator[dict[str, Any]]:
         async def events() -> AsyncIterator[dict[str, Any]]:
             yield {"task": {"id": "t-1", "contextId": "c-1",
@@ -637,7 +638,7 @@ async def test_a_stream_that_fails_once_open_ends_with_an_error_event_holding_th
 
         return events()
 
-    monkeypatch.setattr(RpcEndpoint, "send_streaming_message", failing)
+    monkeypatch.setattr(LocalMethods, "send_streaming_message", failing)
     door, _ = public_door()
     async with client_for(door.app) as client:
         response = await client.post("/message:stream", content=body("x"), headers=JSON)
@@ -835,7 +836,7 @@ async def test_the_authorization_header_never_reaches_the_app_on_rest() -> None:
         if scope["type"] == "http":
             seen.append({"path": scope["path"], "headers": dict(scope["headers"]),
                          "caller": scope[CALLER_SCOPE_KEY].credential.name,
-                         "route": scope.get(REST_SCOPE_KEY)})
+                         "route": scope[ROUTE_SCOPE_KEY].rest})
         await setup.door.inner_app(scope, receive, send)
 
     app = DoorAuth(recorder, setup.door.policy)

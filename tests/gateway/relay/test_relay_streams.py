@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-import gateway.door.jsonrpc_binding
+import gateway.sse
 from tests.support.door import send_params, serve
 from tests.support.upstream import CHUNK_INTERVAL_S, gateway_member
 
@@ -76,7 +76,7 @@ async def test_a_stream_is_relayed_event_by_event_as_the_upstream_sends_it() -> 
 @pytest.mark.parametrize("method", ["SendStreamingMessage", "SubscribeToTask"])
 async def test_a_silent_upstream_stream_gets_the_doors_keep_alive_comments(
         method: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway.door.jsonrpc_binding, "SSE_KEEPALIVE_SECONDS", 0.05)
+    monkeypatch.setattr(gateway.sse, "SSE_KEEPALIVE_SECONDS", 0.05)
     async with gateway_member() as formation, serve(formation.door.app) as url, \
             formation.client(formation.operator, base_url=url) as operator:
         if method == "SendStreamingMessage":

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from gateway.door.tasks import GateConfig, TaskRecord, TaskStore
+from gateway.door.task_record import TaskRecord
+from gateway.door.tasks import GateConfig, TaskStore
 from gateway.protocol import TaskState
 from gateway.trace.bus import TraceBus
 from launcher.member.agent.protocol import VERSION, encode

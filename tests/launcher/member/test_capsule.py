@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from gateway.door.tasks import AgentFn, GateConfig, TaskRecord, TaskRun, TaskStore
+from gateway.door.task_record import TaskRecord
+from gateway.door.tasks import AgentFn, GateConfig, TaskRun, TaskStore
 from gateway.protocol import TaskState
 from gateway.trace.bus import TraceBus
 from launcher.member.capsule import (

@@ -1,0 +1,187 @@
+"""The A2A methods once, binding-neutral: what a door does for each method, whichever
+binding (JSON-RPC, HTTP+JSON, and later gRPC) framed the request.
+
+A binding parses its framing, checks the A2A version, takes the caller DoorAuth left,
+and then, in this order:
+
+1. asks :meth:`A2AMethods.handlers` for the method's handler: ``(unary, None)`` or
+   ``(None, streaming)``, or the refusal of a method this door does not serve
+   (``-32601``; the push configuration methods' ``-32003`` and the extended card's
+   ``-32004``, so every binding refuses them alike);
+2. validates nothing itself: each handler validates its own parameters
+   (:func:`validate_params`, ``-32602`` naming the field);
+3. for a stream, opens it with :meth:`A2AMethods.open_stream`: its place in the door's
+   stream bounds first (``-32050`` past them, before anything starts), then the
+   method's events, which the binding frames and sends.
+
+:class:`A2AMethods` holds the table and the session's own two methods
+(``murmur.StopSession``, ``murmur.WatchSession``); a subclass fills the A2A methods for
+one kind of tasks: :class:`gateway.door.local_methods.LocalMethods` (the agent runs
+here) or the relay's :class:`gateway.relay.tasks.RelayMethods`. The door builds its
+bindings over the one instance its tasks side gives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from gateway.a2a.jsonrpc import RpcError, invalid_params
+from gateway.a2a.models import SendMessageRequest
+from gateway.caller import PUSH_METHODS, Caller
+from gateway.door.streams import StreamBook, StreamTicket
+from gateway.door.tasks import acts_as_operator
+from gateway.trace.bus import TraceBus
+
+__all__ = ["A2AMethods", "Streaming", "Unary", "send_message_request", "validate_params"]
+
+Unary = Callable[[dict[str, Any], Caller], Awaitable[Any]]
+Streaming = Callable[[dict[str, Any], Caller], Awaitable[AsyncIterator[Any]]]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_params(model: type[M], params: dict[str, Any]) -> M:
+    """``params`` as ``model``, or ``-32602`` naming each field at fault."""
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        raise invalid_params(exc) from exc
+
+
+def send_message_request(params: dict[str, Any]) -> SendMessageRequest:
+    """A SendMessage's params validated (``-32602`` naming the field), a push
+    configuration refused (``-32003``): the same for a local door and a relay."""
+    request = validate_params(SendMessageRequest, params)
+    configuration = request.configuration
+    if configuration is not None and configuration.task_push_notification_config:
+        raise RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
+                       "this door sends no push notifications; follow the task with "
+                       "SubscribeToTask or GetTask")
+    return request
+
+
+class A2AMethods(ABC):
+    """The methods of one door, by name (see the module text): the six A2A methods a
+    subclass implements, and the session's two. ``stop`` is how ``murmur.StopSession``
+    asks the session to end; ``streams`` bounds the door's live streams on every binding
+    (:mod:`gateway.door.streams`)."""
+
+    def __init__(self, trace: TraceBus, *, stop: Callable[[str], None],
+                 streams: StreamBook | None = None) -> None:
+        self._trace = trace
+        self._stop = stop
+        #: The bounds on this door's live streams, on every binding.
+        self.streams = streams if streams is not None else StreamBook()
+        self._unary: dict[str, Unary] = {
+            "SendMessage": self.send_message,
+            "GetTask": self.get_task,
+            "CancelTask": self.cancel_task,
+            "ListTasks": self.list_tasks,
+            "murmur.StopSession": self.stop_session,
+        }
+        self._streaming: dict[str, Streaming] = {
+            "SendStreamingMessage": self.send_streaming_message,
+            "SubscribeToTask": self.subscribe_to_task,
+            "murmur.WatchSession": self.watch_session,
+        }
+
+    def handlers(self, method: str) -> tuple[Unary | None, Streaming | None]:
+        """The handler of ``method``: (unary, None) or (None, streaming); the refusal of a
+        method this door does not serve (``-32601``, or the push and extended-card
+        methods' own codes). Every binding dispatches through this, so each method has
+        one implementation."""
+        unary = self._unary.get(method)
+        if unary is not None:
+            return unary, None
+        streaming = self._streaming.get(method)
+        if streaming is None:
+            raise _unknown_method(method)
+        return None, streaming
+
+    async def open_stream(self, method: str, params: dict[str, Any], caller: Caller,
+                          streaming: Streaming) -> tuple[AsyncIterator[Any], StreamTicket]:
+        """A stream's place in the bounds first (a refusal raises before anything is
+        started), then the method's events. The binding sends them and releases the
+        ticket when the stream ends."""
+        ticket = self.streams.admit(caller.credential.owner, _followed_task(method, params))
+        try:
+            return await streaming(params, caller), ticket
+        except BaseException:
+            ticket.release()
+            raise
+
+    # --- the A2A methods, each kind of tasks its own ----------------------------------
+
+    @abstractmethod
+    async def send_message(self, params: dict[str, Any], caller: Caller) -> Any: ...
+
+    @abstractmethod
+    async def send_streaming_message(self, params: dict[str, Any],
+                                     caller: Caller) -> AsyncIterator[Any]: ...
+
+    @abstractmethod
+    async def get_task(self, params: dict[str, Any], caller: Caller) -> Any: ...
+
+    @abstractmethod
+    async def cancel_task(self, params: dict[str, Any], caller: Caller) -> Any: ...
+
+    @abstractmethod
+    async def list_tasks(self, params: dict[str, Any], caller: Caller) -> Any: ...
+
+    @abstractmethod
+    async def subscribe_to_task(self, params: dict[str, Any],
+                                caller: Caller) -> AsyncIterator[Any]: ...
+
+    # --- murmur methods ----------------------------------------------------------------
+
+    async def stop_session(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        _operator_only(caller, "murmur.StopSession")
+        # After this answer is on its way: the runtime may start ending at once.
+        asyncio.get_running_loop().call_soon(self._stop, "stop_session")
+        return {"stopping": True}
+
+    async def watch_session(self, params: dict[str, Any],
+                            caller: Caller) -> AsyncIterator[dict[str, Any]]:
+        _operator_only(caller, "murmur.WatchSession")
+        return self._trace_records()
+
+    async def _trace_records(self) -> AsyncIterator[dict[str, Any]]:
+        subscription = self._trace.subscribe()
+        try:
+            async for record in subscription:
+                yield record
+        finally:
+            subscription.close()
+
+
+def _operator_only(caller: Caller, method: str) -> None:
+    if not acts_as_operator(caller):
+        raise RpcError("METHOD_NOT_FOUND", f"{method} is served to the session's operator only")
+
+
+def _unknown_method(method: str) -> RpcError:
+    if method in PUSH_METHODS:
+        return RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
+                        "this door sends no push notifications (capabilities.pushNotifications "
+                        "is false)")
+    if method == "GetExtendedAgentCard":
+        return RpcError("UNSUPPORTED_OPERATION",
+                        "this door has no extended agent card (capabilities.extendedAgentCard "
+                        "is false)")
+    return RpcError("METHOD_NOT_FOUND", f"no method {method[:64]!r} here")
+
+
+def _followed_task(method: str, params: dict[str, Any]) -> str | None:
+    """The task a stream follows, when the request names it: SubscribeToTask's ``id``,
+    a SendStreamingMessage's ``message.taskId`` (a new task has none yet)."""
+    if method == "SubscribeToTask":
+        task_id = params.get("id")
+    else:
+        message = params.get("message")
+        task_id = message.get("taskId") if isinstance(message, dict) else None
+    return task_id if isinstance(task_id, str) and task_id else None

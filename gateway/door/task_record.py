@@ -1,0 +1,99 @@
+"""One task as a door keeps it: :class:`TaskRecord`, its wire state (copy-on-write
+camelCase dicts) and what the door needs to drive and watch it; with the ids and
+messages a door makes (:func:`new_id`, :func:`agent_message`) and reads
+(:func:`message_text`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from gateway.caller import Caller
+from gateway.door.retention import json_weight
+from gateway.protocol import TERMINAL_STATES, TaskState
+from gateway.trace.bus import utc_timestamp
+
+__all__ = ["StreamEvent", "TaskRecord", "agent_message", "message_text", "new_id"]
+
+StreamEvent = dict[str, Any]
+#: What a task weighs before its messages and artifacts: the record, its status dicts.
+_RECORD_WEIGHT = 1024
+
+
+def new_id() -> str:
+    """A fresh id: 128 random bits in 32 hex digits (as unguessable as a UUID4)."""
+    return os.urandom(16).hex()
+
+
+def agent_message(text: str, context_id: str, task_id: str | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"messageId": new_id(), "contextId": context_id}
+    if task_id is not None:
+        message["taskId"] = task_id
+    message["role"] = "ROLE_AGENT"
+    message["parts"] = [{"text": text}]
+    return message
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of a message: its text parts joined by newlines."""
+    return "\n".join(
+        part["text"] for part in message.get("parts", ()) if isinstance(part.get("text"), str)
+    )
+
+
+class TaskRecord:
+    """One task: its wire state plus what the door needs to drive and watch it."""
+
+    __slots__ = (
+        "id", "context_id", "owner", "caller", "state", "status", "artifacts", "history",
+        "metadata", "updated_ns", "subscribers", "waiters", "runner", "input_waiter",
+        "revealed", "reply", "first_message", "size",
+    )
+
+    def __init__(self, message: dict[str, Any], caller: Caller,
+                 metadata: dict[str, Any] | None) -> None:
+        self.id = new_id()
+        self.context_id: str = message.get("contextId") or new_id()
+        self.owner = caller.credential.owner
+        self.caller = caller
+        self.first_message = {**message, "taskId": self.id, "contextId": self.context_id}
+        self.history: list[dict[str, Any]] = [self.first_message]
+        self.artifacts: list[dict[str, Any]] = []
+        self.metadata = metadata
+        self.state: str = TaskState.SUBMITTED
+        self.status: dict[str, Any] = {"state": self.state, "timestamp": utc_timestamp()}
+        self.updated_ns = time.time_ns()
+        self.subscribers: list[asyncio.Queue[StreamEvent | None]] = []
+        self.waiters: list[tuple[asyncio.Future[None], bool]] = []
+        self.runner: asyncio.Task[None] | None = None
+        self.input_waiter: asyncio.Future[dict[str, Any]] | None = None
+        #: Whether the task was shown to anyone; a task never shown may answer a blocking
+        #: SendMessage with a Message alone (task.reply) and leave no task behind.
+        self.revealed = False
+        self.reply: dict[str, Any] | None = None
+        #: Estimated bytes held (``json_weight``), grown as messages and artifacts arrive.
+        self.size = _RECORD_WEIGHT + json_weight(self.first_message)
+        if metadata:
+            self.size += json_weight(metadata)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def snapshot(self, history_length: int | None = None, *,
+                 include_artifacts: bool = True) -> dict[str, Any]:
+        """The Task as A2A sends it; ``history_length`` None means all of the history."""
+        task: dict[str, Any] = {"id": self.id, "contextId": self.context_id,
+                                "status": self.status}
+        if include_artifacts and self.artifacts:
+            task["artifacts"] = list(self.artifacts)
+        if history_length is None:
+            task["history"] = list(self.history)
+        elif history_length > 0:
+            task["history"] = self.history[-history_length:]
+        if self.metadata:
+            task["metadata"] = self.metadata
+        return task

@@ -1,0 +1,169 @@
+"""The A2A methods of a gateway member: :class:`RelayMethods`, each relayed by its
+upstream client, with what the door knows kept by :class:`gateway.relay.tasks.RelayTasks`
+(docs/gateway.md). The door's bindings frame them as for a local door.
+
+In this order (the relay's steps 2-6, as :mod:`gateway.relay.tasks` numbers them):
+SendMessage and SendStreamingMessage (a follow-up of an owned task, or a new task
+through the gate, with its span), the stream observed event by event; GetTask and
+CancelTask (ownership first); SubscribeToTask (one upstream subscription per task,
+shared: :mod:`gateway.relay.fanout`); ListTasks (the door's own list, each page's tasks
+read fresh from the upstream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from gateway.a2a.models import ListTasksRequest
+from gateway.caller import Caller
+from gateway.door.listing import page_of
+from gateway.door.methods import A2AMethods, send_message_request, validate_params
+from gateway.door.streams import StreamBook
+from gateway.relay.client import UpstreamClient, UpstreamError
+from gateway.relay.fanout import Fanout
+from gateway.relay.known import TASK_NOT_FOUND, Claim, KnownTask, task_id_of
+from gateway.trace.bus import TraceBus
+
+if TYPE_CHECKING:  # RelayTasks builds these methods over itself
+    from gateway.relay.tasks import RelayTasks
+
+__all__ = ["RelayMethods"]
+
+
+class RelayMethods(A2AMethods):
+    """The A2A methods of a gateway member (:class:`gateway.door.methods.A2AMethods`),
+    relayed by ``client`` over what ``tasks`` knows."""
+
+    def __init__(self, tasks: RelayTasks, client: UpstreamClient, trace: TraceBus, *,
+                 stop: Callable[[str], None], streams: StreamBook | None = None) -> None:
+        super().__init__(trace, stop=stop, streams=streams)
+        self._tasks = tasks
+        self._client = client
+        self._fanouts: dict[str, Fanout] = {}
+
+    async def send_message(self, params: dict[str, Any], caller: Caller) -> Any:
+        """SendMessage: a follow-up of an owned task, or a new task through the gate."""
+        new = self._check_send(params, caller)
+        claim = Claim(caller, starts=new)
+        if not new:
+            result = await self._client.call("SendMessage", params)
+            self._tasks.observe_event(result, claim)
+            return result
+        self._tasks.admit()
+        try:
+            result = await self._client.call("SendMessage", params,
+                                             trace_parent=self._tasks.new_task_span())
+            self._tasks.observe_event(result, claim)
+        finally:
+            self._tasks.drop_new_task_span()
+            self._tasks.release()
+        return result
+
+    async def send_streaming_message(self, params: dict[str, Any],
+                                     caller: Caller) -> AsyncIterator[Any]:
+        new = self._check_send(params, caller)
+        if not new:
+            return self._observed(await self._client.stream("SendStreamingMessage", params),
+                                  Claim(caller, starts=False))
+        self._tasks.admit()
+        try:
+            events = await self._client.stream("SendStreamingMessage", params,
+                                               trace_parent=self._tasks.new_task_span())
+        except BaseException:
+            self._tasks.drop_new_task_span()
+            self._tasks.release()
+            raise
+        return self._observed(events, Claim(caller, starts=True), holding=True)
+
+    async def _observed(self, events: AsyncIterator[Any], claim: Claim | None, *,
+                        holding: bool = False) -> AsyncIterator[Any]:
+        """``events`` as they come, each observed first; a place taken at the gate is
+        given back once the first event has named the task (or the stream ends)."""
+        try:
+            async for event in events:
+                self._tasks.observe_event(event, claim)
+                if holding:
+                    holding = False
+                    self._tasks.release()
+                yield event
+        finally:
+            self._tasks.drop_new_task_span()
+            if holding:
+                self._tasks.release()
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+    def _check_send(self, params: dict[str, Any], caller: Caller) -> bool:
+        """Validate a SendMessage; whether it starts a new task (a follow-up's task
+        must be the caller's)."""
+        request = send_message_request(params)
+        task_id = request.message.task_id
+        if task_id:
+            self._tasks.reach(task_id, caller)
+            return False
+        return True
+
+    async def get_task(self, params: dict[str, Any], caller: Caller) -> Any:
+        known = self._tasks.reach(task_id_of(params), caller)
+        task = await self._client.call("GetTask", params)
+        if known is not None:
+            self._tasks.observe_task(task, None)
+        return task
+
+    async def cancel_task(self, params: dict[str, Any], caller: Caller) -> Any:
+        known = self._tasks.reach(task_id_of(params), caller)
+        task = await self._client.call("CancelTask", params)
+        if known is not None:
+            self._tasks.observe_task(task, None)
+        return task
+
+    async def subscribe_to_task(self, params: dict[str, Any], caller: Caller) -> AsyncIterator[Any]:
+        """The task's one upstream subscription, opened by its first subscriber and
+        shared with every later one (:mod:`gateway.relay.fanout`)."""
+        task_id = task_id_of(params)
+        self._tasks.reach(task_id, caller)
+        fanout = self._fanouts.get(task_id)
+        if fanout is not None and not fanout.closed:
+            async def now() -> dict[str, Any]:
+                return {"task": await self._client.call("GetTask", {"id": task_id})}
+
+            return fanout.join(first=now)
+        upstream = await self._client.stream("SubscribeToTask", {"id": task_id})
+        fanout = Fanout(upstream, on_event=lambda event: self._tasks.observe_event(event, None),
+                        on_close=lambda closed: self._forget_fanout(task_id, closed))
+        self._fanouts[task_id] = fanout
+        return fanout.join()
+
+    def _forget_fanout(self, task_id: str, fanout: Fanout) -> None:
+        if self._fanouts.get(task_id) is fanout:
+            del self._fanouts[task_id]
+
+    async def list_tasks(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        request: ListTasksRequest = validate_params(ListTasksRequest, params)
+        page = page_of(self._tasks.visible(caller), request)
+        tasks = await asyncio.gather(*(self._fresh(known, request) for known in page.tasks))
+        return {"tasks": [task for task in tasks if task is not None],
+                "nextPageToken": page.next_token, "pageSize": page.page_size,
+                "totalSize": page.total}
+
+    async def _fresh(self, known: KnownTask, request: ListTasksRequest) -> dict[str, Any] | None:
+        params: dict[str, Any] = {"id": known.id}
+        if request.history_length is not None:
+            params["historyLength"] = request.history_length
+        try:
+            task = await self._client.call("GetTask", params)
+        except UpstreamError as exc:
+            if exc.code == TASK_NOT_FOUND:
+                self._tasks.lose(known)
+                return None
+            raise
+        if not isinstance(task, dict):
+            return None
+        if not request.include_artifacts:
+            task = {key: value for key, value in task.items() if key != "artifacts"}
+        return task
