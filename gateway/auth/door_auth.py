@@ -13,9 +13,9 @@ this order; the first failure answers and nothing after it is read (docs/door-au
    ``max_body``), from the path for the agent card, ``resources/files`` and ``/metrics``
    (``Metrics``: the operator, or a declared credential with that scope), from the verb
    and path for the HTTP+JSON binding (the route, :func:`gateway.routes.classify`);
-5. ``403 insufficient_scope``: a method outside the credential's scopes, unless the
-   request asks for an A2A version other than 1.0 (its method names are not ours: the
-   app answers ``-32009`` before it looks a name up);
+5. ``403 insufficient_scope``: a method outside the credential's scopes, whatever A2A
+   version the request asks for (the reference's order: DoorAuth's checks come first;
+   a call in another version that passes them gets the app's ``-32009``);
 6. ``403 peer_not_accepted``: a formation credential at a door that takes no peer tasks;
 7. ``421 misdirected_request``: a ``Host`` that is not a loopback name with the door's
    port (DNS rebinding, :mod:`gateway.auth.hosts`);
@@ -67,10 +67,8 @@ from gateway.caller import (
     Caller,
 )
 from gateway.errors import GatewayError
-from gateway.http_io import header as first_header
-from gateway.http_io import requested_version, serves_version
 from gateway.metrics import DoorMetrics
-from gateway.protocol import MEMBER_NAME_RE, VERSION_HEADER
+from gateway.protocol import MEMBER_NAME_RE
 from gateway.routes import CARD, HEALTH, ROUTE_SCOPE_KEY, RPC, Route, classify, rpc_route
 from gateway.types import ASGIApp, Headers, Receive, Scope, Send
 
@@ -83,7 +81,6 @@ logger = logging.getLogger("gateway.auth.door_auth")
 MAX_CREDENTIAL_CHARS = 8192
 _FORMATION_PREFIX = "mft1."
 _BEARER = b"Bearer "
-_VERSION_HEADER = VERSION_HEADER.encode("ascii")
 #: How many verified formation ``Authorization`` values a door remembers, the oldest
 #: dropped first (the verifier's own cache holds as many tokens).
 _ADMITTED_LIMIT = 4096
@@ -218,7 +215,7 @@ class DoorAuth:
             # The request's label in the metrics from here on, refused or not.
             scope[ROUTE_SCOPE_KEY] = route
             if not anonymous:
-                self._permit(scope, caller, route, rpc)           # 5-6
+                self._permit(caller, route)           # 5-6
             if not self._host_ok(scope, host, hosts):
                 raise Refused("misdirected_request")              # 7
             if rpc_refusal is not None:
@@ -274,18 +271,15 @@ class DoorAuth:
 
     # --- 5-7: the permit, then the Host ------------------------------------------------
 
-    def _permit(self, scope: Scope, caller: Caller, route: Route,
-                rpc: dict[str, Any] | None) -> None:
+    def _permit(self, caller: Caller, route: Route) -> None:
         """Checks 5-6: the credential's scopes, then peer tasks."""
         credential = caller.credential
         method = route.method
         if method is not None and not (
             credential.kind == "operator" or method in credential.scopes or method == "AgentCard"
-        ) and ((rpc is None and route.rest is None) or _asks_for_1_0(scope)):
-            # The operator may call anything (the app answers -32601 to an unknown name),
-            # any accepted credential may read the agent card, and a call in another A2A
-            # version goes on to the app's -32009: refused here, it would read like a
-            # missing permission. Judged only on this refusal path: no cost per request.
+        ):
+            # The operator may call anything (the app answers -32601 to an unknown name)
+            # and any accepted credential may read the agent card.
             raise Refused("insufficient_scope", credential=credential.name,
                           method=_method_label(method))
         if credential.kind == "member" and not self._accept_peer_tasks:
@@ -405,11 +399,6 @@ def _is_health_check(scope: Scope, route: Route) -> bool:
     container probe uses the pod's address)."""
     return route.kind is HEALTH and scope["type"] == "http" and (
         scope["method"] in ("GET", "HEAD"))
-
-
-def _asks_for_1_0(scope: Scope) -> bool:
-    """Whether a request asks for the A2A version the door serves (header or query)."""
-    return serves_version(requested_version(scope, first_header(scope, _VERSION_HEADER)))
 
 
 def _method_label(method: str) -> str:

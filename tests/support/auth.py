@@ -40,8 +40,8 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-#: The header an A2A 1.0 client sends. DoorAuth refuses an out-of-scope method only in a
-#: call that asks for 1.0: any other call goes on to the app's -32009.
+#: The header an A2A 1.0 client sends. DoorAuth refuses an out-of-scope method whatever
+#: version a call asks for; the app answers -32009 to a call that passed it in another.
 A2A_1_0 = {"A2A-Version": "1.0"}
 
 

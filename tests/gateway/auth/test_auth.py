@@ -99,7 +99,7 @@ async def test_declared_scopes_default_to_every_task_method() -> None:
     door = make_door(bearers=(DeclaredBearer("ci", CI_TOKEN),))
     for method in sorted(TASK_METHODS):
         assert (await door.post(rpc(method), bearer(CI_TOKEN))).status_code == 200
-    # An A2A 1.0 call: one asking for another version goes on to the app's -32009.
+    # Refused whatever the version (an A2A 1.0 call here).
     response = await door.post(rpc("murmur.StopSession"), bearer_1_0(CI_TOKEN))
     assert (response.status_code, error_of(response)) == (403, "insufficient_scope")
 

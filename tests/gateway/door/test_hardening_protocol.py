@@ -489,19 +489,23 @@ async def test_a2a_0_3_request_gets_version_not_supported_not_method_not_found()
 
 
 @pytest.mark.parametrize("who", ["ci", "planner"])
-async def test_a2a_0_3_request_from_a_scoped_credential_is_version_not_supported_not_403(
+async def test_a_scoped_credential_outside_its_scopes_is_403_whatever_the_version(
         who: str) -> None:
+    """The reference's order: DoorAuth's checks come before the version check, so a
+    formation token naming murmur.StopSession is 403 with or without A2A-Version."""
     door = Authenticated()
     async with door.client(who, version=False) as legacy, door.client(who) as current:
         old = await legacy.post("/", json=envelope("message/send", {"message": {}}))
         old_stop = await legacy.post("/", json=envelope("murmur.StopSession"),
                                      headers={"A2A-Version": "0.3"})
+        versionless_stream = await legacy.post("/", json=envelope("SendStreamingMessage"))
         new = await current.post("/", json=envelope("message/send", {"message": {}}))
-    assert old.status_code == 200 and strict_json(old.content)["error"]["code"] == -32009
-    assert strict_json(old_stop.content)["error"]["code"] == -32009
-    assert not door.door.stop_requested.is_set(), "let through DoorAuth, never dispatched"
-    assert (new.status_code, new.json()["error"]) == (403, "insufficient_scope"), (
-        "a 1.0 call is still held to its scopes")
+        in_scope = await legacy.post("/", json=envelope("GetTask", {"id": "t-1"}))
+    for refused in (old, old_stop, versionless_stream, new):
+        assert (refused.status_code, refused.json()["error"]) == (403, "insufficient_scope")
+    assert not door.door.stop_requested.is_set(), "refused by DoorAuth, never dispatched"
+    assert strict_json(in_scope.content)["error"]["code"] == -32009, (
+        "a call that passes DoorAuth in another version is told its version")
 
 
 async def test_a2a_0_3_request_still_meets_every_other_check_of_door_auth() -> None:
@@ -510,8 +514,8 @@ async def test_a2a_0_3_request_still_meets_every_other_check_of_door_auth() -> N
     async with closed.client("planner", version=False) as peer, \
             door.client("ci", version=False, Host="evil.example:8000") as foreign, \
             door.client("ci", version=False) as ci:
-        not_accepted = await peer.post("/", json=envelope("message/send"))
-        misdirected = await foreign.post("/", json=envelope("message/send"))
+        not_accepted = await peer.post("/", json=envelope("SendMessage"))
+        misdirected = await foreign.post("/", json=envelope("SendMessage"))
         batch = await ci.post("/", json=[envelope("message/send")])
     assert (not_accepted.status_code, not_accepted.json()["error"]) == (403, "peer_not_accepted")
     assert (misdirected.status_code, misdirected.json()["error"]) == (421, "misdirected_request")
