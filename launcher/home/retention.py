@@ -58,7 +58,7 @@ def _running_formations() -> set[str] | None:
             if record.formation_id or record.kind == "launcher"}
 
 
-def _remove_tree(path: Path) -> bool:
+def remove_tree(path: Path) -> bool:
     """Remove a folder whole; a symlink in its place is unlinked, never followed."""
     try:
         if path.is_symlink():
@@ -102,20 +102,22 @@ def retention_pass(
     removals = []
     for rank, ident in enumerate(ranked):
         marker = markers[ident]
-        reason = _over_limit(ident, rank, max_sessions, max_age, now)
+        reason = over_limit(ident, rank, max_sessions, max_age, now)
         if (reason is None or marker is None or ident >= current_formation_id
                 or ident in running or marker.launcher_alive()):
             continue
         path = formation_dir(ident)
         records = formation_records(ident)  # computed while the folder still resolves
-        if _remove_tree(path):
-            _remove_tree(records)
+        if remove_tree(path):
+            remove_tree(records)
             removals.append(Removal(formation_id=ident, reason=reason, path=path))
     return removals
 
 
-def _over_limit(ident: str, rank: int, max_sessions: int | None,
+def over_limit(ident: str, rank: int, max_sessions: int | None,
                 max_age: timedelta | None, now: datetime) -> RemovalReason | None:
+    """Why the id at ``rank`` (0: the newest) is past the bounds, or None: ``max_age``
+    first, for one over both. Shared with the sessions' pass."""
     if max_age is not None and now - id_time(ident) > max_age:
         return "max_age"
     if max_sessions is not None and rank >= max_sessions:

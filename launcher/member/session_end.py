@@ -5,7 +5,9 @@ into it while the session runs (the trace, each task's ``out/result.txt``) and s
 stderr; :func:`write_task_result`, the door's hook as each task ends; :func:`finish`,
 which follows :meth:`launcher.member.session.MemberSession.trigger`: the agent code
 drained, the ``--task`` task's result written again, the outcome decided
-(:mod:`launcher.member.outcome`), ``session_end`` written and the result printed;
+(:mod:`launcher.member.outcome`), ``session_end`` written, the session closed, the
+capsule's earlier sessions past ``trace.retain`` removed (:func:`retain_sessions`) and
+the result printed;
 :func:`close`, letting go of everything in its order, the running record last; and
 :func:`close_early`, for a session that could not even be staged.
 
@@ -21,7 +23,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Awaitable
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +34,7 @@ from launcher.diagnostics import Diagnostic, emit
 from launcher.home.files import write_atomic
 from launcher.home.records import SessionRecords
 from launcher.home.running_records import remove_running
+from launcher.home.session_retention import format_session_removal, session_retention_pass
 from launcher.home.trace import TraceWriter, timestamp
 from launcher.member.member_log import close_member_log, open_member_log
 from launcher.member.outcome import SessionOutcome, decide, file_not_written, result_text
@@ -107,6 +112,11 @@ class SessionFiles:
         with contextlib.suppress(OSError, ValueError):
             emit(diagnostic, self._diagnostics, json_mode=self._json_mode)
 
+    def say(self, line: str) -> None:
+        """One plain line where the diagnostics go (stderr); a failed write is let go."""
+        with contextlib.suppress(OSError, ValueError):
+            print(line, file=self._diagnostics or sys.stderr, flush=True)
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
@@ -149,9 +159,31 @@ async def finish(session: MemberSession) -> SessionOutcome:
                          reason=ending.cause.value)
     finally:
         await close(session)
+    retain_sessions(session)
     if final is not None and session.out is not None:
         session.out.line(result_text(final))
     return outcome
+
+
+def retain_sessions(session: MemberSession) -> None:
+    """The capsule's ``trace.retain`` applied to its sessions in the records folder this
+    one ran in (:mod:`launcher.home.session_retention`), once this session is closed;
+    each removal said on stderr."""
+    retain = session.manifest.trace.retain
+    records = session.records
+    if records is None or (retain.max_sessions is None and retain.max_age is None):
+        return
+    try:
+        removals = session_retention_pass(
+            sessions_dir=records.dir.parent, capsule=session.options.capsule,
+            current_session_id=session.plan.session_id, max_sessions=retain.max_sessions,
+            max_age=None if retain.max_age is None else timedelta(seconds=retain.max_age))
+    except OSError as exc:
+        session.files.say(f"[mur run] warning: the retention pass failed "
+                          f"({exc.strerror or exc})")
+        return
+    for removal in removals:
+        session.files.say(format_session_removal(removal))
 
 
 async def close(session: MemberSession) -> None:

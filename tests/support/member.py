@@ -94,8 +94,9 @@ print(' '.join(str(fd) for fd in range(1024) if open_fd(fd)))
 def write_capsule(directory: Path, name: str, *, authentication: str | None = "{}",
                   peer_tasks: bool = False, allow: Sequence[str] = ("localhost",),
                   env_allow: Sequence[str] = (), lifecycle: str = "",
-                  command: Sequence[str] | None = None, agent: str = AGENT) -> Path:
-    """A capsule source directory; returns it."""
+                  command: Sequence[str] | None = None, agent: str = AGENT,
+                  extra: str = "") -> Path:
+    """A capsule source directory; returns it. ``extra``: more of ``murmur.yaml``, as is."""
     directory.mkdir(parents=True, exist_ok=True)
     lines = ["manifest_version: 1", f"name: {name}", "version: 1.0.0",
              f"description: The {name} test capsule."]
@@ -112,7 +113,7 @@ def write_capsule(directory: Path, name: str, *, authentication: str | None = "{
               f"  env: {{allow: {json.dumps(list(env_allow))}}}"]
     if lifecycle:
         lines += ["lifecycle:", textwrap.indent(textwrap.dedent(lifecycle).strip(), "  ")]
-    (directory / "murmur.yaml").write_text("\n".join(lines) + "\n")
+    (directory / "murmur.yaml").write_text("\n".join(lines) + "\n" + extra)
     return directory
 
 
