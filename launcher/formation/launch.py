@@ -73,6 +73,7 @@ from launcher.spawn.channel import ChannelRefused, refuse_roster_inside_formatio
 from launcher.spawn.env_names import ARGV_PREFIX_ENV, DIAGNOSTICS_ENV, ISOLATION_ENV, PEERS_ENV
 from launcher.spawn.listen_flags import Listener, check_listener, listener_args, listener_from
 from launcher.spawn.process import PIPE, forbid_inspection, forward_lines, process_start_time
+from launcher.spawn.process_title import launcher_title, name_process
 from launcher.spawn.run_flags import UsageError, read_task
 
 #: After the deadline, members end themselves; the launcher closes what is left this
@@ -184,6 +185,7 @@ def main(args: argparse.Namespace) -> int:
     launch = Launch(admitted, task=None if args.task is None else resolve_task(args.task),
                     deadline=deadline, json_mode=bool(args.json), environ=environ,
                     publish=publish)
+    name_process(launcher_title(args.roster, launch.formation_id), "mur:launcher")
     try:
         return asyncio.run(launch.run())
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a user

@@ -49,6 +49,7 @@ from launcher.member.shutdown import FORCED_EXIT, ProtocolOut, forced_status, li
 from launcher.sandbox.agent_cgroup import remove_all
 from launcher.sandbox.descendants import owning_descendants
 from launcher.spawn.process import forbid_inspection
+from launcher.spawn.process_title import member_title, name_process
 from launcher.spawn.run_flags import UsageError
 
 if TYPE_CHECKING:
@@ -83,6 +84,10 @@ def main(args: argparse.Namespace) -> int:
         agent.sock.close()
         return 1
     forget_descriptors(os.environ)
+    # Named as what it is in ps and top, even when forked from the launcher's template.
+    name_process(member_title(options.capsule, options.version, member=place.member,
+                              formation_id=place.formation_id),
+                 f"mur:{place.member or options.capsule.rsplit('/', 1)[-1]}")
     try:
         artifact = _admit(options, place, session_id, json_mode)
     except DiagnosticError as refusal:

@@ -130,3 +130,21 @@ def test_an_agent_process_of_a_forked_member_holds_no_variable_of_the_launchers(
 def children(pid: int) -> list[int]:
     text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     return [int(child) for child in text.split()]
+
+
+def test_ps_names_each_member_and_the_launcher_as_what_they_are(
+        launcher: tuple[subprocess.Popen[bytes], dict[str, object]]) -> None:
+    """A member forked from the template is not `python -m launcher.template` in ps or
+    top: its command line is the mur run it stands for, and no token is in it."""
+    process, line = launcher
+    formation = line["formation_id"]
+    for member in line["members"]:  # type: ignore[attr-defined]
+        pid, name = int(member["pid"]), member["name"]
+        shown = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        assert shown.startswith(f"mur run --capsule local/{name} --capsule-version 1.0.0"), shown
+        assert f"--member {name} --formation {formation}" in shown, shown
+        assert "mft1." not in shown
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == f"mur:{name}"[:15]
+    shown = Path(f"/proc/{process.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert shown.startswith("mur run --roster ") and f"--formation {formation}" in shown, shown
+    assert Path(f"/proc/{process.pid}/comm").read_text().strip() == "mur:launcher"
