@@ -102,6 +102,9 @@ class CallHandle:
         self._offer: asyncio.Task[_Busy | dict[str, Any]] | None = None
         self._remote_open = False        # the callee holds a task that is not final
         self._offer_settled = False      # held or failed: offer_settled was called
+        #: The callee took the task while the calling task still ran: it outlives the
+        #: caller (never canceled for the caller's end), and its answer is still read.
+        self._taken_in_time = False
 
     def __repr__(self) -> str:
         return f"CallHandle(member={self.member!r}, state={self.state!r})"
@@ -191,6 +194,7 @@ class MemberCalls(MemberRpc):
         self._scrub = view.scrub
         self._clock = clock
         self._calls: list[CallHandle] = []
+        self._closing: asyncio.Task[None] | None = None
         self._ended = False
 
     def __repr__(self) -> str:
@@ -233,15 +237,52 @@ class MemberCalls(MemberRpc):
                            for handle, text in zip(chosen, outcomes, strict=True))
 
     async def cancel_outstanding(self) -> None:
-        """The calling task ended or was canceled: stop every busy offer, and cancel
-        (``CancelTask``) every task a callee holds that has not finished, including one
-        taken by an offer still on the wire when the task ended. Idempotent."""
+        """The calling task ended or was canceled. As the reference says, ``CancelTask``
+        goes only to a task a callee took just after it ended (an offer still on the wire
+        then); every busy offer stops. A task a callee took while the calling task ran
+        keeps running: its answer is still read, and given to :meth:`answered_late`.
+        Idempotent."""
         self._ended = True
         await asyncio.gather(*(self._abandon(handle) for handle in self._calls))
 
     async def aclose(self) -> None:
+        """The calling task is over: :meth:`cancel_outstanding`, then the client closes
+        once the calls that outlive the task have their answers."""
         await self.cancel_outstanding()
-        await self.http.aclose()
+        if self._closing is not None:
+            return
+        outliving = [handle._runner for handle in self._calls
+                     if handle._runner is not None and not handle._runner.done()]
+        self._closing = asyncio.get_running_loop().create_task(
+            self._close_after(outliving), name="murmur-calls-closing")
+        if not outliving:
+            await self._closing
+
+    @property
+    def closed(self) -> bool:
+        """Closed, the calls that outlived the task included."""
+        return self._closing is not None and self._closing.done()
+
+    async def end(self) -> None:
+        """The session ends: calls that outlived their task stop following it (the
+        session's end is their callees' too) and the client closes. Idempotent."""
+        if self._closing is None:
+            await self.aclose()
+        closing = self._closing
+        if closing is not None and not closing.done():
+            closing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await closing
+
+    async def _close_after(self, runners: list[asyncio.Task[None]]) -> None:
+        try:
+            await asyncio.gather(*runners, return_exceptions=True)
+        finally:
+            await self.http.aclose()
+
+    def answered_late(self, handle: CallHandle, answer: str | CallFailed) -> None:
+        """Called once for a call whose answer came after the calling task ended (its
+        callee took it while the task ran). Nothing here; a subclass records it."""
 
     # One call --------------------------------------------------------------------------
 
@@ -256,22 +297,24 @@ class MemberCalls(MemberRpc):
             self.offer_settled(handle, failure)
 
     async def _run(self, handle: CallHandle, text: str) -> None:
+        outcome: str | CallFailed
         try:
             reply = await self._place(handle, text)
-            answer = await self._follow(handle, reply)
+            outcome = await self._follow(handle, reply)
         except CallFailed as failure:
             handle.state = failure.state
             self._settle_offer(handle, failure)
-            _settle(handle, self._scrubbed(failure))
+            outcome = self._scrubbed(failure)
         except Exception as exc:  # noqa: BLE001 - any bug ends the call, not the task
             handle.state = ERROR
             broken = CallFailed(handle.member, ERROR, f"{type(exc).__name__}: {exc}")
             self._settle_offer(handle, broken)
-            _settle(handle, self._scrubbed(broken))
-        else:
-            _settle(handle, answer)
+            outcome = self._scrubbed(broken)
         finally:
             handle._placed.set()
+        _settle(handle, outcome)
+        if self._ended and handle._taken_in_time:
+            self.answered_late(handle, outcome)
 
     def _scrubbed(self, failure: CallFailed) -> CallFailed:
         """``failure`` as the agent may see it: a ``detail`` that named a door address
@@ -317,6 +360,7 @@ class MemberCalls(MemberRpc):
             handle.task_id = str(task.get("id", "")) or None
             handle._remote_open = handle.task_id is not None and \
                 _task_state(task) not in TERMINAL_STATES
+        handle._taken_in_time = not self._ended
         handle.state = "held"
         handle._reached = True
         handle._placed.set()
@@ -379,6 +423,8 @@ class MemberCalls(MemberRpc):
         return await self._poll_until_final(handle.member, task_id)
 
     async def _abandon(self, handle: CallHandle) -> None:
+        if handle._taken_in_time:
+            return  # taken while the caller ran: it keeps running, its answer is read
         runner = handle._runner
         if runner is not None and not runner.done():
             runner.cancel()

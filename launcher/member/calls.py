@@ -2,7 +2,8 @@
 
 :func:`formation_transport` is the member's formation proxy, its pool made by the first
 request; :class:`TracedCalls` is the calls object of one running task, writing one
-``member_call`` trace record per call. This module imports httpx, the proxy and the
+``member_call`` trace record per call, and a ``member_call_answer`` for a call whose
+answer came after its task ended. This module imports httpx, the proxy and the
 call-member client, so a member imports it only when a task asks for its calls: httpx
 alone costs a member's start some 30 ms of CPU.
 """
@@ -101,6 +102,16 @@ class TracedCalls(MemberCalls):
         self._trace.emit("member_call", task_id=self._task_id, callee=handle.member,
                          url=virtual_address(handle.member), **span.fields(),
                          **{key: value for key, value in fields.items() if value is not None})
+
+    def answered_late(self, handle: CallHandle, answer: str | CallFailed) -> None:
+        """A call the callee took while the task ran, answered after the task ended: its
+        answer goes into the trace (``member_call_answer``), since no turn will read it.
+        Runs in the call's own task, which still carries the call's span."""
+        span = _CALL_SPAN.get() or call_span(self._span)
+        text = answer if isinstance(answer, str) else str(answer)
+        self._trace.emit("member_call_answer", task_id=self._task_id, callee=handle.member,
+                         callee_task_id=handle.task_id, state=handle.state, answer=text,
+                         **span.fields())
 
     async def cancel_outstanding(self) -> None:
         flag = _IN_CALL_MEMBER.set(True)

@@ -189,6 +189,7 @@ class CallsSeam:
         self._directory = directory
         self._allow = tuple(manifest.capabilities.network.allow)
         self._transport: FormationTransport | None = None
+        self._made: list[TracedCalls] = []
         self.peers = place.callees
         try:
             check_callees(self._tokens)           # as the proxy will, in its order
@@ -215,9 +216,20 @@ class CallsSeam:
         """The calls object of one running task; its trust is the task's own."""
         from launcher.member.calls import task_calls
 
-        return task_calls(self.transport, trace=self._trace, task_id=run.id,
-                          span=self._spans(run.id), peers=self.peers, trust=run.caller.trust,
-                          deadline=monotonic_deadline(self._deadline))
+        calls = task_calls(self.transport, trace=self._trace, task_id=run.id,
+                           span=self._spans(run.id), peers=self.peers, trust=run.caller.trust,
+                           deadline=monotonic_deadline(self._deadline))
+        # Kept until closed: a call its callee took while the task ran outlives the task.
+        self._made = [made for made in self._made if not made.closed]
+        self._made.append(calls)
+        return calls
+
+    async def end_calls(self) -> None:
+        """The session ends: every call that outlived its task stops here, before
+        ``session_end`` (no record of theirs comes after it)."""
+        for calls in self._made:
+            await calls.end()
+        self._made.clear()
 
     async def aclose(self) -> None:
         if self._transport is not None:

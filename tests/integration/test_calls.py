@@ -455,11 +455,14 @@ def test_with_a_turn_left_the_same_task_waits_for_every_answer_and_runs_again(
     assert report["replies"].index("member:b") < report["replies"].index("member:c")
 
 
-def test_with_no_turn_left_the_task_does_not_wait_and_its_call_is_canceled(
+def test_with_no_turn_left_the_task_does_not_wait_and_its_call_outlives_it(
         formation: Formation) -> None:
+    """The reference: CancelTask only for a task a member took just after the calling
+    task ended. c's call to b was taken while c's task ran: when c's one turn ends, b's
+    task keeps running, and its answer is recorded in c's trace."""
     started = time.monotonic()
     report = as_operator(formation, {"op": "call", "to": "c", "text": plan(
-        {"op": "call", "to": "b", "text": plan({"op": "sleep", "seconds": 30}),
+        {"op": "call", "to": "b", "text": plan({"op": "sleep", "seconds": 2}),
          "wait": False})})
     elapsed = time.monotonic() - started
     c_report = nested(report["results"][0])
@@ -468,11 +471,15 @@ def test_with_no_turn_left_the_task_does_not_wait_and_its_call_is_canceled(
     assert c_report["turn"] == 1 and c_report["replies"] == ""
     assert placed["state"] == "held" and placed["task_id"], placed
     assert elapsed < 15, elapsed
-    # ...and the call was canceled at b.
+    # ...and b's task ran to its end, its answer in c's trace.
     assert received(formation, "b", placed["task_id"])["formation_member"] == "c"
-    wait_until(lambda: any(r["event"] == "task_state" and r["task_id"] == placed["task_id"]
-                           and r["state"] == "TASK_STATE_CANCELED"
-                           for r in formation.trace("b")))
+    late = wait_until(lambda: [r for r in formation.trace("c")
+                               if r["event"] == "member_call_answer"
+                               and r["callee_task_id"] == placed["task_id"]])
+    assert late[0]["callee"] == "b" and late[0]["state"] == "TASK_STATE_COMPLETED"
+    assert json.loads(late[0]["answer"])["member"] == "b"
+    assert not any(r["event"] == "task_state" and r["task_id"] == placed["task_id"]
+                   and r["state"] == "TASK_STATE_CANCELED" for r in formation.trace("b"))
 
 
 # --------------------------------------------------------------------------- the end (last)

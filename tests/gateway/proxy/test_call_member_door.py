@@ -140,18 +140,24 @@ async def test_deadline_cancels_the_callees_task_at_the_real_door(
     assert state.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
 
 
-async def test_caller_ending_cancels_the_running_call_at_the_real_door(
+async def test_caller_ending_leaves_a_call_the_callee_took_running_at_the_real_door(
         formation: Formation) -> None:
+    """CancelTask goes only to a task taken just after the caller ended: one the callee
+    took while the caller ran keeps running, and the call still reads its answer."""
     calls = formation.calls()
     handle = await calls.call_member("coder", "forever")
     await calls.cancel_outstanding()
-    with pytest.raises(CallFailed):
+    get_task = {"jsonrpc": "2.0", "id": 1, "method": "GetTask",
+                "params": {"id": handle.task_id}}
+    response = await calls.http.post("http://coder.formation.invalid/", json=get_task,
+                                     headers={"A2A-Version": "1.0"})
+    assert response.json()["result"]["status"]["state"] == "TASK_STATE_WORKING"
+    assert not handle.done(), "the call still follows its task"
+    await calls.http.post("http://coder.formation.invalid/", headers={"A2A-Version": "1.0"},
+                          json={**get_task, "method": "CancelTask"})   # ended from outside
+    with pytest.raises(CallFailed) as failed:
         await handle
-    response = await calls.http.post(
-        "http://coder.formation.invalid/",
-        json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": handle.task_id}},
-        headers={"A2A-Version": "1.0"})
-    assert response.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    assert failed.value.state == "TASK_STATE_CANCELED"
 
 
 async def test_token_never_reaches_a_door_it_was_not_minted_for(formation: Formation) -> None:
