@@ -70,6 +70,9 @@ class AgentEnvironment:
     max_turns: int = 8
     #: A ``command`` agent cancelled gets SIGTERM, then SIGKILL this many seconds later.
     terminate_grace: float = 5.0
+    #: The session's ``MURMUR.md`` (launcher/member/instructions.py): the capsule's own
+    #: instructions, then its Identity section.
+    instructions: str = ""
 
     def wire(self) -> dict[str, Any]:
         """As the agent protocol's ``start`` carries it (launcher/member/agent/)."""
@@ -77,7 +80,7 @@ class AgentEnvironment:
                 "deadline": self.deadline.isoformat() if self.deadline else None,
                 "workdir": _text(self.workdir), "home": _text(self.home),
                 "tmp": _text(self.tmp), "env": dict(self.env), "max_turns": self.max_turns,
-                "terminate_grace": self.terminate_grace}
+                "terminate_grace": self.terminate_grace, "instructions": self.instructions}
 
 
 def _text(path: Path | None) -> str | None:
@@ -169,6 +172,13 @@ class TaskContext:
     @property
     def formation_id(self) -> str | None:
         return self._environment.formation_id
+
+    @property
+    def instructions(self) -> str:
+        """The session's ``MURMUR.md``: the capsule's own instructions, then an
+        ``## Identity`` section naming the capsule, this member's roster name and
+        formation id (in a formation) and the members it may call."""
+        return self._environment.instructions
 
     @property
     def deadline(self) -> datetime | None:

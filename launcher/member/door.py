@@ -151,10 +151,11 @@ def process_environment(environ: Mapping[str, str], env: Mapping[str, str], *,
 
 def agent_environment(manifest: Manifest, *, place: FormationPlace, env: Mapping[str, str],
                       deadline: datetime | None, workdir: Path, home: Path,
-                      tmp: Path) -> AgentEnvironment:
+                      tmp: Path, instructions: str = "") -> AgentEnvironment:
     return AgentEnvironment(member=place.member, formation_id=place.formation_id,
                             deadline=deadline, workdir=workdir, home=home, tmp=tmp,
-                            env=dict(env), max_turns=manifest.inference.max_turns)
+                            env=dict(env), max_turns=manifest.inference.max_turns,
+                            instructions=instructions)
 
 
 def monotonic_deadline(deadline: datetime | None) -> float | None:

@@ -40,6 +40,7 @@ from launcher.member.door import (
     process_environment,
     task_env,
 )
+from launcher.member.instructions import write_session_instructions
 from launcher.member.outcome import CAPSULE_NOT_RUNNABLE, file_not_written, member_diagnostic
 from launcher.member.proxy_slot import ProxySlot
 from launcher.member.session_end import bounded
@@ -148,6 +149,8 @@ class AgentSide:
         self.upstream: Upstream | None = None
         #: The agent side's cgroup, where one can be made (launcher/sandbox/agent_cgroup.py).
         self.cgroup: AgentCgroup | None = None
+        #: The session's MURMUR.md, as written into home/ (launcher/member/instructions.py).
+        self.instructions = ""
 
     async def start(self) -> Door | None:
         """Unpack the capsule, start its agent (or upstream) and build the door in front
@@ -186,6 +189,15 @@ class AgentSide:
             raise StartFailed(file_not_written(
                 exc.filename or capsule_dir, exc, what="the capsule",
                 note="its partly unpacked folder was removed")) from None
+        options, place = self.session.options, self.session.place
+        try:
+            self.instructions = write_session_instructions(
+                capsule_dir, records.home, capsule=options.capsule, version=options.version,
+                member=place.member, formation_id=place.formation_id, callees=place.callees)
+        except OSError as exc:
+            raise StartFailed(file_not_written(
+                exc.filename or records.home / "MURMUR.md", exc,
+                what="the session's MURMUR.md")) from None
 
     def _calls_seam(self) -> CallsSeam:
         session = self.session
@@ -248,7 +260,7 @@ class AgentSide:
         environment = agent_environment(
             manifest, place=place, env=env if python else slot.environment(env),
             deadline=options.deadline, workdir=records.workdir, home=records.home,
-            tmp=records.tmp)
+            tmp=records.tmp, instructions=self.instructions)
         confinement = self._confinement(records, slot.port)
         start = {
             "agent": {"python": manifest.agent.python} if python

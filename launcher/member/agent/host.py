@@ -222,7 +222,8 @@ class AgentHost:
             workdir=_path(env.get("workdir")), home=_path(env.get("home")),
             tmp=_path(env.get("tmp")), env=dict(env.get("env", {})),
             max_turns=int(env.get("max_turns", 8)),
-            terminate_grace=float(env.get("terminate_grace", 5.0)))
+            terminate_grace=float(env.get("terminate_grace", 5.0)),
+            instructions=str(env.get("instructions", "")))
         agent = message.get("agent", {})
         capsule_dir = Path(message["capsule_dir"])
         if "python" in agent:
