@@ -28,7 +28,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -57,11 +57,12 @@ from gateway.proxy.member_rpc import (
 from gateway.proxy.member_rpc import StreamFailed as _StreamFailed
 from gateway.proxy.member_rpc import is_final as _is_final
 from gateway.proxy.member_rpc import task_state as _task_state
+from gateway.proxy.pending_answer import PendingAnswer
 from gateway.proxy.proxy_errors import FormationRefused
 
 __all__ = [
     "PEERS_ENV", "CallFailed", "CallHandle", "Backoff", "MemberCalls", "peers_environ",
-    "virtual_address", "fence_answer", "egress_reaches_loopback", "JsonRpcSender",
+    "virtual_address", "fence_answer", "fence", "egress_reaches_loopback", "JsonRpcSender",
     "answer_text",
 ]
 
@@ -81,7 +82,7 @@ class _Busy:
     retry_after: float | None
 
 
-class CallHandle:
+class CallHandle(PendingAnswer):
     """One call. ``await handle`` is the callee's answer text, or raises CallFailed.
 
     ``state`` is ``offering`` (busy, offered again in the background), ``held`` (the
@@ -94,8 +95,7 @@ class CallHandle:
         self.task_id: str | None = None
         self.state = "offering"
         self.message_id = uuid.uuid4().hex
-        self._answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._answer.add_done_callback(_retrieve)
+        super().__init__()
         self._placed = asyncio.Event()   # held, first busy answer, or failed
         self._reached = False            # the door held the task or answered busy
         self._runner: asyncio.Task[None] | None = None
@@ -109,33 +109,18 @@ class CallHandle:
     def __repr__(self) -> str:
         return f"CallHandle(member={self.member!r}, state={self.state!r})"
 
-    def done(self) -> bool:
-        return self._answer.done()
-
-    def __await__(self) -> Generator[Any, None, str]:
-        # Shielded: a caller that stops waiting does not cancel the call itself.
-        return asyncio.shield(self._answer).__await__()
-
-    async def outcome(self) -> str:
-        """The answer, or the failure as text: what ``answers()`` fences."""
-        try:
-            return await self
-        except CallFailed as failure:
-            return str(failure)
-
-
-def _retrieve(future: asyncio.Future[str]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
 def fence_answer(member: str, text: str) -> str:
-    """``text`` in a Markdown code fence whose info string is ``member:<name>``; the fence
-    is one backtick longer than any backtick run inside, so no answer can close it."""
+    """``text`` in a Markdown code fence whose info string is ``member:<name>``."""
+    return fence(f"member:{member}", text)
+
+
+def fence(label: str, text: str) -> str:
+    """``text`` in a Markdown code fence whose info string is ``label``; the fence is one
+    backtick longer than any backtick run inside, so no answer can close it."""
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     ticks = "`" * max(3, longest + 1)
     body = text if text.endswith("\n") or not text else text + "\n"
-    return f"{ticks}member:{member}\n{body}{ticks}"
+    return f"{ticks}{label}\n{body}{ticks}"
 
 
 def busy_retry_after(data: Any) -> float | None:
