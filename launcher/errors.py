@@ -22,6 +22,8 @@
     ├── ProtocolError ............... member.agent.protocol: a line that is not the agent
     │                                 protocol's
     ├── StartFailed ................. member.session_start: the session could not start
+    ├── DelegationRefused ........... member.delegation.refused: task.delegate refused
+    │                                 before a child ran (a RuntimeError)
     ├── TemplateFailed .............. formation.template: the member template did not
     │                                 start or answer (an OSError; members are exec'd)
     ├── NotReady .................... formation.ready: a member did not come up

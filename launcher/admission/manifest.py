@@ -188,6 +188,10 @@ class NetworkGrant(Strict):
 
 class SpawnGrant(Strict):
     allow: list[NonBlank] = Field(default_factory=list)
+    max_children: int = Field(default=4, ge=1, le=64,
+                              description="children of this member alive at once")
+    max_depth: int = Field(default=3, ge=1, le=16,
+                           description="how deep delegations below this member may go")
 
 
 class EnvGrant(Strict):

@@ -118,8 +118,16 @@ MEANINGS: dict[str, tuple[str, str]] = {
                                    "`localhost` covers every loopback address and is needed "
                                    "to call other members.", "[localhost, api.example.com]"),
     "capabilities.spawn": ("Child capsules the agent may delegate to.", "{allow: []}"),
-    "capabilities.spawn.allow": ("The capsules it may start; not beside "
-                                 "`network.authentication` (`E-MAN-003`).", "[]"),
+    "capabilities.spawn.allow": ("The capsules it may delegate to with `task.delegate` "
+                                 "(docs/delegation.md): `local/<name>`, or pinned "
+                                 "`local/<name>@<version>`; not beside "
+                                 "`network.authentication` (`E-MAN-003`).",
+                                 "[local/summarizer]"),
+    "capabilities.spawn.max_children": ("Its children alive at once (1 to 64); one more is "
+                                        "refused.", "2"),
+    "capabilities.spawn.max_depth": ("How deep delegations below it may go (1 to 16): a "
+                                     "child's own delegations count, and the smallest "
+                                     "bound above a child holds.", "1"),
     "capabilities.env": ("Environment variables passed through to the agent.",
                          "{allow: [OPENAI_API_KEY]}"),
     "capabilities.env.allow": ("The variables of `mur run`'s environment the agent sees "

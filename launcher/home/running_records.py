@@ -45,6 +45,8 @@ class RunningRecord:
     started: str = ""
     #: Where the door (a launcher's: its entry member's) is published beyond loopback.
     public_url: str | None = None
+    #: A delegated child's parent session (``mur ps`` shows it under its parent).
+    parent_session: str | None = None
 
     def is_live(self) -> bool:
         """The recorded process still runs (same pid, same start time)."""
@@ -67,7 +69,7 @@ class RunningRecord:
             raise ValueError("pid must be a positive integer")
         optional: dict[str, str | None] = {}
         for name in ("start", "formation_id", "member", "door_url", "records_dir",
-                     "project_dir", "capsule", "version", "public_url"):
+                     "project_dir", "capsule", "version", "public_url", "parent_session"):
             value = data.get(name)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name} must be a string")

@@ -441,7 +441,19 @@ class AgentProcess:
     async def _calls_method(self, entry: _Running, method: str, args: dict[str, Any]
                             ) -> Any:
         calls = entry.calls
-        if calls is None or not calls.peers:
+        spawn = getattr(calls, "spawn", ())
+        if method == "delegate":
+            if calls is None or not spawn:
+                raise RuntimeError("this member may delegate to no capsule "
+                                   "(capabilities.spawn.allow is empty)")
+            version = args.get("version")
+            child = await calls.delegate(str(args.get("capsule", "")),
+                                         str(args.get("text", "")),
+                                         None if version is None else str(version))
+            entry.handles.append(child)
+            return {"call": len(entry.handles) - 1, "member": child.member,
+                    "task_id": child.task_id, "state": child.state}
+        if calls is None or not (calls.peers or spawn):
             raise RuntimeError("this member may call no other member")
         if method == "call_member":
             handle = await calls.call_member(str(args.get("name", "")),
@@ -502,11 +514,17 @@ def _task_fields(run: TaskRun) -> dict[str, Any]:
             "trust": run.caller.trust}
 
 
+#: The fields of the runtime's own errors that the agent process rebuilds them from.
+_ERROR_FIELDS: dict[str, tuple[str, ...]] = {
+    "CallFailed": ("member", "state", "detail"),
+    "DelegationRefused": ("capsule", "case", "detail"),
+}
+
+
 def _error_wire(exc: BaseException) -> dict[str, Any]:
     wire: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
-    for attribute in ("member", "state", "detail"):
-        if type(exc).__name__ == "CallFailed":
-            wire[attribute] = str(getattr(exc, attribute, ""))
+    for attribute in _ERROR_FIELDS.get(type(exc).__name__, ()):
+        wire[attribute] = str(getattr(exc, attribute, ""))
     return wire
 
 

@@ -111,13 +111,22 @@ CallsFactory = Callable[[TaskRun], MemberCallsLike | None]
 PythonRun = Callable[["TaskContext"], Awaitable[str | None]]
 
 
+#: Why a task has no such attribute, for the AttributeError.
+_WHY_MISSING = {
+    "call_member": " (this member may call no other member)",
+    "delegate": " (capabilities.spawn.allow names no capsule; docs/delegation.md)",
+    "answers": " (this member may call no other member and delegate to no capsule)",
+}
+
+
 class TaskContext:
     """The ``task`` an agent's ``run(task)`` receives.
 
-    ``call_member``, ``answers`` and ``http`` exist only when the runtime gives the task a
-    calls object; ``call_member`` and ``answers`` only when the member may call someone
-    (reading them otherwise is an AttributeError, so ``hasattr(task, "call_member")``
-    tells an agent whether it can delegate).
+    ``call_member``, ``delegate``, ``answers`` and ``http`` exist only when the runtime
+    gives the task a calls object; ``call_member`` only when the member may call someone,
+    ``delegate`` only when ``capabilities.spawn.allow`` names a capsule, ``answers`` when
+    either holds (reading them otherwise is an AttributeError, so
+    ``hasattr(task, "delegate")`` tells an agent whether it can delegate).
     """
 
     def __init__(self, run: TaskRun, environment: AgentEnvironment,
@@ -127,8 +136,8 @@ class TaskContext:
         self._calls = calls
         self._env = MappingProxyType(dict(environment.env))
         self.turn = 1
-        #: The answers to the calls of the previous turns, fenced under
-        #: ``member:<name>``; empty on the first turn.
+        #: The answers to the calls and children of the previous turns, fenced under
+        #: ``member:<name>`` or ``child:<capsule-name>``; empty on the first turn.
         self.replies = ""
 
     # --- what the task is ------------------------------------------------------------
@@ -215,12 +224,12 @@ class TaskContext:
         # Only reached for names not defined above: the calls seam.
         calls = self.__dict__.get("_calls")
         if calls is not None:
-            if name == "http" or (name in ("call_member", "answers") and calls.peers):
+            spawn = getattr(calls, "spawn", ())
+            if (name == "http" or (name == "call_member" and calls.peers)
+                    or (name == "delegate" and spawn)
+                    or (name == "answers" and (calls.peers or spawn))):
                 return getattr(calls, name)
-        raise AttributeError(
-            f"task has no attribute {name!r}"
-            + (" (this member may call no other member)"
-               if name in ("call_member", "answers") else ""))
+        raise AttributeError(f"task has no attribute {name!r}" + _WHY_MISSING.get(name, ""))
 
     # --- what the agent does -----------------------------------------------------------
 

@@ -47,17 +47,25 @@ if TYPE_CHECKING:       # httpx and the proxy are imported when a task first cal
 
     from gateway.proxy.formation import FormationTransport
     from launcher.member.calls import TracedCalls
+    from launcher.member.delegation.delegator import Delegator
+    from launcher.member.delegation.task_children import TaskChildren
 
 # --------------------------------------------------------------------------- the door
 
 
 def auth_policy(manifest: Manifest, *, operator: OperatorToken, place: FormationPlace,
                 capsule_dir: Path, environ: Mapping[str, str], capsule: str) -> AuthPolicy:
-    """What the door accepts. Raises ``DiagnosticError`` (``E-RUN-042``) when a declared
-    credential cannot be set up; the text names the variable or file, never a token."""
+    """What the door accepts (a delegated child's: the operator token at least). Raises
+    ``DiagnosticError`` (``E-RUN-042``) when a declared credential cannot be set up; the
+    text names the variable or file, never a token."""
     network = manifest.network
     authentication = network.authentication
     origins = tuple(network.cors.allow_origins)
+    if authentication is None and place.delegated:
+        # A delegated child's door takes its parent's runtime, with the operator token,
+        # and nobody else: a public door would take a task from anyone on the host, and a
+        # formation token must be refused with 401 (docs/delegation.md).
+        return AuthPolicy(authenticated=True, operator=operator, allow_origins=origins)
     if authentication is None:
         return AuthPolicy(allow_origins=origins)
     try:
@@ -181,8 +189,11 @@ class CallsSeam:
     def __init__(self, *, manifest: Manifest, place: FormationPlace,
                  directory: DoorDirectory, trace: TraceBus, spans: TaskSpans,
                  deadline: datetime | None, capsule: str,
-                 metrics: DoorMetrics | None = None) -> None:
+                 metrics: DoorMetrics | None = None,
+                 delegator: Delegator | None = None) -> None:
         self._trace = trace
+        #: The session's children, when ``capabilities.spawn.allow`` names a capsule.
+        self.delegator = delegator
         self._spans = spans
         self._metrics = metrics
         self._deadline = deadline
@@ -213,8 +224,17 @@ class CallsSeam:
                 make_inner=lambda: _inner_transport(calls_members))
         return self._transport
 
-    def calls_for(self, run: TaskRun) -> TracedCalls:
-        """The calls object of one running task; its trust is the task's own."""
+    def calls_for(self, run: TaskRun) -> TracedCalls | TaskChildren:
+        """The calls object of one running task; its trust is the task's own. A member
+        that may delegate gets its calls and children together."""
+        if self.delegator is None:
+            return self._traced_calls(run)
+        from launcher.member.delegation.task_children import TaskChildren
+
+        return TaskChildren(run, self.delegator,
+                            self._traced_calls(run) if self.peers else None)
+
+    def _traced_calls(self, run: TaskRun) -> TracedCalls:
         from launcher.member.calls import task_calls
 
         calls = task_calls(self.transport, trace=self._trace, task_id=run.id,
@@ -226,11 +246,13 @@ class CallsSeam:
         return calls
 
     async def end_calls(self) -> None:
-        """The session ends: every call that outlived its task stops here, before
-        ``session_end`` (no record of theirs comes after it)."""
+        """The session ends: every call that outlived its task stops here, and every
+        child winds down, before ``session_end`` (no record of theirs comes after it)."""
         for calls in self._made:
             await calls.end()
         self._made.clear()
+        if self.delegator is not None:
+            await self.delegator.end()
 
     async def aclose(self) -> None:
         if self._transport is not None:

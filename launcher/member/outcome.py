@@ -10,6 +10,8 @@ first SIGTERM, or       yes                 ``canceled``, ``E-RUN-040``       1
 ``murmur.StopSession``  no                  ``ok``                            0
 lifeline closed         yes                 ``formation_ended``               0
                         no                  ``ok``                            0
+spawner lifeline        yes                 ``spawner_ended``                 0
+closed (a child)        no                  ``ok``                            0
 ``--deadline``          either              ``deadline_reached``, E-RUN-053   1
 ``--task`` ended        (its state)         ``ok`` / ``failed`` / ``canceled`` 0 / 1
                                             / ``rejected``, ``E-RUN-041``
@@ -71,6 +73,8 @@ class Cause(enum.Enum):
     SIGNAL = "signal"
     STOP_SESSION = "stop_session"
     LIFELINE = "lifeline"
+    #: A delegated child's spawner lifeline closed: the member that delegated ended.
+    SPAWNER = "spawner"
     DEADLINE = "deadline"
     TASK_DONE = "task"
     AFTER_TASK = "after_task"
@@ -84,6 +88,7 @@ CANCEL_REASONS: dict[Cause, str] = {
     Cause.SIGNAL: "the session was stopped by a signal",
     Cause.STOP_SESSION: "the session was stopped (murmur.StopSession)",
     Cause.LIFELINE: "the formation ended",
+    Cause.SPAWNER: "the member that delegated this task ended",
     Cause.DEADLINE: "the deadline was reached",
     Cause.TASK_DONE: "the session's task ended",
     Cause.AFTER_TASK: "the session ended after its task",
@@ -151,6 +156,8 @@ def decide(ending: Ending, *, session_id: str, deadline: str = "",
             "E-RUN-040", session=session_id, task=", ".join(ending.running)))
     if cause is Cause.LIFELINE:
         return SessionOutcome(0, "formation_ended" if running else "ok")
+    if cause is Cause.SPAWNER:
+        return SessionOutcome(0, "spawner_ended" if running else "ok")
     if cause is Cause.TASK_DONE and task is not None:
         state = task_state(task)
         if state == TaskState.COMPLETED:

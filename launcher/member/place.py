@@ -8,11 +8,16 @@ hand", "A resumed session") and docs/runtime-files.md ("The formation channel"):
   every refused case is ``E-RUN-046`` (:func:`launcher.spawn.channel.read_credentials`);
 * ``MURMUR_FORMATION_LIFELINE``: adopted (made non-inheritable); one that is not an open
   pipe is ``E-RUN-046`` too;
+* ``MURMUR_SPAWNER_LIFELINE``: a delegated child (docs/delegation.md): its spawner
+  lifeline is adopted as its lifeline (``E-RUN-046`` when it is not an open pipe, or
+  beside a formation channel or lifeline, which a child never holds); it keeps an
+  inherited ``MURMUR_FORMATION_ID`` and nothing else of the formation, its door is in no
+  formation, and it prints no ``W-RUN-007``;
 * ``MURMUR_FORMATION_ID`` with no lifeline: a member started by hand, ``W-RUN-007`` once;
 * ``--resume``: no formation part at all, whatever the environment carries (the
   ``MURMUR_FORMATION_PEERS`` refusal still holds).
 
-Afterwards the channel and lifeline variables are removed from this process's
+Afterwards the channel and lifeline variables (the spawner's too) are removed from this process's
 environment: their descriptors are not inherited, so a process the agent starts must not
 be told about them. ``MURMUR_FORMATION_ID`` stays, as a delegated child inherits it.
 """
@@ -26,8 +31,15 @@ from dataclasses import dataclass, field
 
 from launcher.diagnostics import Diagnostic, diagnostic
 from launcher.ids import is_formation_id
+from launcher.member.delegation.lineage import Lineage, forget_lineage, read_lineage
 from launcher.spawn.channel import ChannelCredentials, ChannelRefused, read_credentials
-from launcher.spawn.env_names import CHANNEL_ENV, FORMATION_ENV, LIFELINE_ENV, PEERS_ENV
+from launcher.spawn.env_names import (
+    CHANNEL_ENV,
+    FORMATION_ENV,
+    LIFELINE_ENV,
+    PEERS_ENV,
+    SPAWNER_LIFELINE_ENV,
+)
 from launcher.spawn.process import lifeline_from_env
 
 
@@ -41,6 +53,11 @@ class FormationPlace:
     lifeline: int | None = None
     entry: bool = False
     warnings: tuple[Diagnostic, ...] = field(default=())
+    #: A delegated child: ``lifeline`` is its spawner lifeline, and ``formation_id`` the
+    #: one it inherited (its door belongs to no formation).
+    delegated: bool = False
+    #: A delegated child's parent session, delegating member and depth (None: not a child).
+    lineage: Lineage | None = None
 
     @property
     def callees(self) -> tuple[str, ...]:
@@ -73,11 +90,29 @@ def _refuse_peers(environ: Mapping[str, str]) -> None:
                              path=PEERS_ENV)
 
 
-def _lifeline(environ: Mapping[str, str]) -> int | None:
+def _lifeline(environ: Mapping[str, str], name: str = LIFELINE_ENV) -> int | None:
     try:
-        return lifeline_from_env(environ)
+        return lifeline_from_env(environ, name)
     except ValueError as exc:
-        raise ChannelRefused("not_open", str(exc), path=LIFELINE_ENV) from None
+        raise ChannelRefused("not_open", str(exc), path=name) from None
+
+
+def _delegated_child(environ: Mapping[str, str]) -> FormationPlace | None:
+    """A delegated child's place: its spawner lifeline, the formation id it inherited
+    (kept for its records, never for its door), nothing else; None when not a child."""
+    spawner = _lifeline(environ, SPAWNER_LIFELINE_ENV)
+    if spawner is None:
+        return None
+    for held in (CHANNEL_ENV, LIFELINE_ENV):
+        if held in environ:
+            os.close(spawner)
+            raise ChannelRefused("spawner_beside_formation",
+                                 f"{SPAWNER_LIFELINE_ENV} is set beside {held}: a "
+                                 "delegated child holds no formation channel or lifeline",
+                                 path=held)
+    formation_id = environ.get(FORMATION_ENV) or None
+    return FormationPlace(formation_id=formation_id if is_formation_id(formation_id) else None,
+                          lifeline=spawner, delegated=True, lineage=read_lineage(environ))
 
 
 def read_place(environ: Mapping[str, str], *, session_id: str, resume: bool = False,
@@ -89,6 +124,9 @@ def read_place(environ: Mapping[str, str], *, session_id: str, resume: bool = Fa
     _refuse_peers(environ)
     if resume:
         return FormationPlace()
+    child = _delegated_child(environ)
+    if child is not None:
+        return child
     credentials = read_credentials(environ, timeout=channel_timeout)
     formation_id = environ.get(FORMATION_ENV) or None
     if credentials is None and formation_id is None:
@@ -109,10 +147,12 @@ def read_place(environ: Mapping[str, str], *, session_id: str, resume: bool = Fa
 
 
 def forget_descriptors(environ: MutableMapping[str, str]) -> None:
-    """Remove the channel and lifeline variables, once read, from ``environ``."""
-    for name in (CHANNEL_ENV, LIFELINE_ENV):
+    """Remove the channel and lifeline variables (and a child's lineage), once read, from
+    ``environ``."""
+    for name in (CHANNEL_ENV, LIFELINE_ENV, SPAWNER_LIFELINE_ENV):
         with contextlib.suppress(KeyError):
             del environ[name]
+    forget_lineage(environ)
 
 
 def close_place(place: FormationPlace) -> None:

@@ -201,6 +201,9 @@ class MemberSession:
             cause = Cause.TASK_DONE  # the --task task ended: its state decides
         if cause is Cause.LIFELINE:
             self.bus.emit("formation_ended", formation_id=self.place.formation_id)
+        elif cause is Cause.SPAWNER:
+            self.bus.emit("spawner_ended", parent_session=self.place.lineage.parent_session
+                          if self.place.lineage else None)
         elif cause is Cause.DEADLINE:
             assert self.options.deadline is not None
             self.bus.emit("deadline_reached", deadline=timestamp(self.options.deadline))

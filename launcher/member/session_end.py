@@ -143,8 +143,8 @@ async def finish(session: MemberSession) -> SessionOutcome:
     try:
         if session.door is not None:
             await bounded(session.door.drained(), DRAIN_SECONDS)
-        if session.agent_side.seam is not None:  # calls that outlived their tasks
-            await bounded(session.agent_side.seam.end_calls(), 2.0)
+        if session.agent_side.seam is not None:  # calls that outlived their tasks, children
+            await bounded(session.agent_side.seam.end_calls(), 6.0)
         if session.door is not None and session.task_id is not None:
             final = session.door.task(session.task_id)
             unwritten = files.write_result(result_text(final))

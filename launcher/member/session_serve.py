@@ -310,6 +310,8 @@ def say_ready(session: MemberSession) -> bool:
             "version": options.version, "records_dir": str(records.dir)}
         if session.public_url is not None:
             line["public_url"] = session.public_url
+        if session.task_id is not None:   # --task: the task it runs on its own door
+            line["task_id"] = session.task_id
         if place.formation_id is not None:
             line["formation_id"] = place.formation_id
             if place.member is not None:  # None: started by hand (W-RUN-007)
@@ -415,6 +417,10 @@ class Watchers:
     async def _lifeline(self, fd: int) -> None:
         session = self.session
         await wait_for_eof(fd)
+        if session.place.delegated:   # its spawner lifeline: the delegating member ended
+            if session.trigger(Cause.SPAWNER):
+                session.watchdog.arm()
+            return
         peer = not session.place.entry
         diverted = peer and self._divert_if_launcher_gone()
         if session.trigger(Cause.LIFELINE):

@@ -19,6 +19,7 @@ import dataclasses
 import os
 import shutil
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.auth.door_auth import AuthPolicy
@@ -55,6 +56,7 @@ from launcher.spawn.process import process_start_time
 if TYPE_CHECKING:  # imported when a member needs them: httpx and aiohttp cost a start CPU
     from gateway.proxy.forward import ForwardProxy
     from launcher.member.confinement import AgentPlan
+    from launcher.member.delegation.delegator import Delegator
     from launcher.member.session import MemberSession
     from launcher.member.upstream import Upstream
 
@@ -109,7 +111,8 @@ def _running_record(session: MemberSession, records: SessionRecords) -> RunningR
         formation_id=place.formation_id, member=place.member,
         door_url=session.door_url, records_dir=str(records.dir),
         public_url=session.public_url, project_dir=os.path.realpath(options.project),
-        capsule=options.capsule, version=options.version, started=now_iso())
+        capsule=options.capsule, version=options.version, started=now_iso(),
+        parent_session=place.lineage.parent_session if place.lineage else None)
 
 
 def _start_fields(session: MemberSession, records: SessionRecords) -> dict[str, Any]:
@@ -129,6 +132,10 @@ def _start_fields(session: MemberSession, records: SessionRecords) -> dict[str, 
     if place.member is not None:
         fields["formation_member"] = place.member
         fields["formation_callees"] = list(place.callees)
+    lineage = place.lineage
+    if lineage is not None:   # a delegated child (docs/delegation.md)
+        fields.update(parent_session=lineage.parent_session,
+                      delegated_by=lineage.delegated_by, delegation_depth=lineage.depth)
     return fields
 
 
@@ -206,7 +213,31 @@ class AgentSide:
                          directory=self.directory, trace=session.bus,
                          spans=session.tasks.spans.get, metrics=session.metrics,
                          deadline=session.options.deadline,
-                         capsule=session.options.capsule)
+                         capsule=session.options.capsule, delegator=self._delegator())
+
+    def _delegator(self) -> Delegator | None:
+        """The session's children (docs/delegation.md): a python agent whose
+        ``capabilities.spawn.allow`` names a capsule may delegate."""
+        session = self.session
+        manifest, records, options = session.manifest, session.records, session.options
+        spawn = manifest.capabilities.spawn
+        if not spawn.allow or manifest.agent.python is None or records is None:
+            return None
+        from launcher.member.delegation.delegator import Delegator, DelegatorPlace
+        from launcher.member.delegation.grant import SpawnGrant
+        from launcher.member.delegation.lineage import Lineage
+
+        place = session.place
+        return Delegator(
+            grant=SpawnGrant.of(spawn.allow), max_children=spawn.max_children,
+            max_depth=spawn.max_depth, lineage=place.lineage or Lineage(), trace=session.bus,
+            place=DelegatorPlace(
+                session_id=session.plan.session_id,
+                delegated_by=place.member or options.capsule,
+                project=Path(os.path.realpath(options.project)), workdir=records.workdir,
+                records_dir=records.dir, formation_id=place.formation_id,
+                deadline=timestamp(options.deadline) if options.deadline else None,
+                environ=dict(os.environ)))
 
     def _reserve_proxy(self) -> ProxySlot:
         """The forward proxy every agent process reaches the formation and the network
@@ -270,6 +301,8 @@ class AgentSide:
             "process_env": slot.environment(process_environment(
                 plan.environ, env, home=records.home, tmp=records.tmp)),
             "proxy_url": slot.url, "peers": list(place.callees),
+            "spawn": list(self.seam.delegator.capsules)
+            if self.seam is not None and self.seam.delegator is not None else [],
             "workdir": str(records.workdir),
             # The ABI this runtime found (a test may have lowered it): the agent process
             # confines itself with no more than that.
@@ -279,7 +312,8 @@ class AgentSide:
         assert self.seam is not None
         process = AgentProcess(
             start, python=python, max_turns=manifest.inference.max_turns, trace=session.bus,
-            calls_factory=self.seam.calls_for if python and place.callees else None,
+            calls_factory=self.seam.calls_for
+            if python and (place.callees or self.seam.delegator is not None) else None,
             cgroup=self._agent_cgroup())
         self.agent = process
         child, plan.agent_child = plan.agent_child, None

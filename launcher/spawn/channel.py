@@ -63,6 +63,7 @@ RefusalCase = Literal[
     "not_credentials",
     "token_not_issued",
     "other_formation",
+    "spawner_beside_formation",
 ]
 
 

@@ -25,6 +25,17 @@ FORMATION_ENV: Final = "MURMUR_FORMATION_ID"
 CHANNEL_ENV: Final = "MURMUR_FORMATION_CHANNEL"
 #: The descriptor number of a member's lifeline (closed by the launcher to end it).
 LIFELINE_ENV: Final = "MURMUR_FORMATION_LIFELINE"
+#: The descriptor number of a delegated child's spawner lifeline (closed, however the
+#: member that delegated to it ends, to end the child).
+SPAWNER_LIFELINE_ENV: Final = "MURMUR_SPAWNER_LIFELINE"
+#: A delegated child's lineage, set by the runtime that started it beside its spawner
+#: lifeline (read only with one): the delegating session, its member or capsule name, how
+#: deep the child is (1: a child of a session that was not delegated) and the deepest a
+#: delegation below it may go (the smallest ``spawn.max_depth`` above it).
+PARENT_SESSION_ENV: Final = "MURMUR_PARENT_SESSION"
+DELEGATED_BY_ENV: Final = "MURMUR_DELEGATED_BY"
+DELEGATION_DEPTH_ENV: Final = "MURMUR_DELEGATION_DEPTH"
+DELEGATION_MAX_DEPTH_ENV: Final = "MURMUR_DELEGATION_MAX_DEPTH"
 #: ``text`` or ``json``: how a member prints its diagnostics (the launcher's own format).
 DIAGNOSTICS_ENV: Final = "MURMUR_DIAGNOSTICS"
 #: A member's work folder: the project directory (entry member) or its own directory

@@ -473,22 +473,23 @@ def inherited_fd(environ: Mapping[str, str], name: str) -> int | None:
     return int(value)
 
 
-def lifeline_from_env(environ: Mapping[str, str]) -> int | None:
-    """The member's lifeline from ``MURMUR_FORMATION_LIFELINE``; None when unset.
+def lifeline_from_env(environ: Mapping[str, str], name: str = LIFELINE_ENV) -> int | None:
+    """The member's lifeline from ``MURMUR_FORMATION_LIFELINE`` (or a delegated child's
+    from ``name``, ``MURMUR_SPAWNER_LIFELINE``); None when unset.
 
     Makes it non-inheritable, so the member's own children never hold the formation
     open. Raises ValueError (naming the variable) when it is not the number of an open
     pipe.
     """
-    fd = inherited_fd(environ, LIFELINE_ENV)
+    fd = inherited_fd(environ, name)
     if fd is None:
         return None
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
-        raise ValueError(f"{LIFELINE_ENV} names descriptor {fd}, which is not open") from None
+        raise ValueError(f"{name} names descriptor {fd}, which is not open") from None
     if not stat.S_ISFIFO(mode):
-        raise ValueError(f"{LIFELINE_ENV} names descriptor {fd}, which is not a pipe")
+        raise ValueError(f"{name} names descriptor {fd}, which is not a pipe")
     os.set_inheritable(fd, False)
     return fd
 

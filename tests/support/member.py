@@ -95,8 +95,9 @@ def write_capsule(directory: Path, name: str, *, authentication: str | None = "{
                   peer_tasks: bool = False, allow: Sequence[str] = ("localhost",),
                   env_allow: Sequence[str] = (), lifecycle: str = "",
                   command: Sequence[str] | None = None, agent: str = AGENT,
-                  extra: str = "") -> Path:
-    """A capsule source directory; returns it. ``extra``: more of ``murmur.yaml``, as is."""
+                  extra: str = "", spawn: str = "") -> Path:
+    """A capsule source directory; returns it. ``extra``: more of ``murmur.yaml``, as is;
+    ``spawn``: ``capabilities.spawn`` as a flow mapping (``{allow: [local/x]}``)."""
     directory.mkdir(parents=True, exist_ok=True)
     lines = ["manifest_version: 1", f"name: {name}", "version: 1.0.0",
              f"description: The {name} test capsule."]
@@ -111,6 +112,8 @@ def write_capsule(directory: Path, name: str, *, authentication: str | None = "{
         lines += ["network:", f"  authentication: {authentication}"]
     lines += ["capabilities:", f"  network: {{allow: {json.dumps(list(allow))}}}",
               f"  env: {{allow: {json.dumps(list(env_allow))}}}"]
+    if spawn:
+        lines.append(f"  spawn: {spawn}")
     if lifecycle:
         lines += ["lifecycle:", textwrap.indent(textwrap.dedent(lifecycle).strip(), "  ")]
     (directory / "murmur.yaml").write_text("\n".join(lines) + "\n" + extra)

@@ -230,7 +230,8 @@ class AgentHost:
             self._python = True
             self._agent = load_python_agent(capsule_dir, agent["python"])
             self._calls = RemoteCalls(self, tuple(message.get("peers", ())),
-                                      message.get("proxy_url"))
+                                      message.get("proxy_url"),
+                                      spawn=tuple(message.get("spawn", ())))
         else:
             self._agent = command_agent(agent["command"], capsule_dir, self._environment)
         return confined
@@ -382,6 +383,11 @@ def rebuild_error(error: dict[str, Any]) -> BaseException:
 
         return CallFailed(str(error.get("member", "")), str(error.get("state", "error")),
                           str(error.get("detail", "")))
+    if kind == "DelegationRefused":
+        from launcher.member.delegation.refused import DelegationRefused
+
+        return DelegationRefused(str(error.get("capsule", "")),
+                                 error.get("case", "not_started"), str(error.get("detail", "")))
     if kind == "CancelledError":
         return asyncio.CancelledError(text)
     cls = _ERRORS.get(kind)
@@ -464,13 +470,15 @@ class RemoteCall:
 
 
 class RemoteCalls:
-    """``task.call_member``, ``task.answers``, ``task.peers`` and ``task.http`` of the
-    agent process's tasks (the calls themselves are made by the runtime)."""
+    """``task.call_member``, ``task.delegate``, ``task.answers``, ``task.peers`` and
+    ``task.http`` of the agent process's tasks (the calls and children themselves are
+    made by the runtime)."""
 
-    def __init__(self, host: AgentHost, peers: tuple[str, ...], proxy_url: str | None
-                 ) -> None:
+    def __init__(self, host: AgentHost, peers: tuple[str, ...], proxy_url: str | None,
+                 *, spawn: tuple[str, ...] = ()) -> None:
         self._host = host
         self.peers = peers
+        self.spawn = spawn
         self._proxy_url = proxy_url
         self._pool: Any = None
 
@@ -500,6 +508,7 @@ class _TaskCalls:
         self._task_id = task_id
         self._http: Any = None
         self.peers = calls.peers
+        self.spawn = calls.spawn
 
     @property
     def http(self) -> Any:
@@ -510,6 +519,13 @@ class _TaskCalls:
     async def call_member(self, name: str, text: str) -> RemoteCall:
         host = self._calls._host
         info = await host.ask(self._task_id, "call_member", name=name, text=text)
+        return RemoteCall(host, self._task_id, int(info["call"]), info)
+
+    async def delegate(self, capsule: str, text: str, version: str | None = None
+                       ) -> RemoteCall:
+        host = self._calls._host
+        info = await host.ask(self._task_id, "delegate", capsule=capsule, text=text,
+                              version=version)
         return RemoteCall(host, self._task_id, int(info["call"]), info)
 
     async def answers(self, handles: Iterable[RemoteCall] | None = None) -> str:

@@ -51,7 +51,7 @@ CALL: Final = "call"
 
 #: What the agent process may ask of its runtime, for one of its tasks.
 METHODS: Final = frozenset({"status", "artifact", "input_required", "reject", "reply",
-                            "call_member", "await_call", "answers"})
+                            "call_member", "await_call", "answers", "delegate"})
 
 
 class ProtocolError(LauncherError):

@@ -45,7 +45,7 @@ def load(name: str) -> Any:
 
 def test_the_page_has_its_examples() -> None:
     assert set(EXPECTED) <= set(EXAMPLES)
-    assert {"delegate", "fan-out", "turns", "http"} <= set(EXAMPLES)
+    assert {"call", "fan-out", "turns", "http", "children"} <= set(EXAMPLES)
 
 
 @pytest.mark.parametrize("name", sorted(name for name, (rest, _) in EXAMPLES.items()

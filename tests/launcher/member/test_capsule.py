@@ -367,6 +367,40 @@ async def test_a_calls_object_without_peers_offers_http_but_not_call_member() ->
     assert seen == {"call": False, "answers": False, "http": True}
 
 
+async def test_a_member_that_may_delegate_has_delegate_and_answers_but_not_call_member(
+        ) -> None:
+    seen: dict[str, Any] = {}
+
+    class Delegating(FakeCalls):
+        spawn = ("local/summarizer",)
+
+        async def delegate(self, capsule: str, text: str) -> int:
+            return await self.call_member(capsule, text)
+
+    calls = Delegating([])
+
+    async def look(task: TaskContext) -> None:
+        seen["delegate"] = hasattr(task, "delegate")
+        seen["answers"] = hasattr(task, "answers")
+        seen["call"] = hasattr(task, "call_member")
+
+    await run_one(python_agent(look, calls_factory=lambda run: calls))
+    assert seen == {"delegate": True, "answers": True, "call": False}
+
+
+async def test_without_spawn_allow_delegate_is_missing_and_says_why() -> None:
+    seen: dict[str, str] = {}
+
+    async def look(task: TaskContext) -> None:
+        try:
+            task.delegate  # noqa: B018 - reading it is the test
+        except AttributeError as missing:
+            seen["why"] = str(missing)
+
+    await run_one(python_agent(look, calls_factory=lambda run: FakeCalls(["coder"])))
+    assert "capabilities.spawn.allow" in seen["why"]
+
+
 # --- command agents ----------------------------------------------------------------
 
 

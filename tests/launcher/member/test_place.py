@@ -139,3 +139,51 @@ def test_close_place_closes_the_lifeline(fds: list[int]) -> None:
     close_place(place)
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+# --- a delegated child (docs/delegation.md) ------------------------------------------
+
+
+def test_a_delegated_child_adopts_its_spawner_lifeline_and_keeps_only_the_formation_id(
+        fds: list[int]) -> None:
+    formation = new_formation_id()
+    parent = new_session_id()
+    spawner = lifeline(fds)
+    environ = {"MURMUR_FORMATION_ID": formation, "MURMUR_SPAWNER_LIFELINE": str(spawner),
+               "MURMUR_PARENT_SESSION": parent, "MURMUR_DELEGATED_BY": "boss",
+               "MURMUR_DELEGATION_DEPTH": "2", "MURMUR_DELEGATION_MAX_DEPTH": "3"}
+    place = read_place(environ, session_id=SESSION)
+    assert place.delegated and place.lifeline == spawner
+    assert place.formation_id == formation and place.member is None
+    assert place.credentials is None and not place.verifies_tokens
+    assert place.warnings == (), "a delegated child prints no W-RUN-007"
+    assert place.lineage is not None
+    assert (place.lineage.parent_session, place.lineage.delegated_by, place.lineage.depth,
+            place.lineage.max_depth) == (parent, "boss", 2, 3)
+    assert not os.get_inheritable(spawner)
+    forget_descriptors(environ)
+    assert environ == {"MURMUR_FORMATION_ID": formation}
+
+
+def test_a_spawner_lifeline_beside_a_formation_channel_is_refused(fds: list[int]) -> None:
+    formation, key = new_formation_id(), FormationKey.generate()
+    environ = {"MURMUR_FORMATION_ID": formation,
+               "MURMUR_FORMATION_CHANNEL": str(channel(fds, formation, key, "boss")),
+               "MURMUR_SPAWNER_LIFELINE": str(lifeline(fds))}
+    with pytest.raises(ChannelRefused) as refused:
+        read_place(environ, session_id=SESSION)
+    assert refused.value.case == "spawner_beside_formation"
+    assert refused.value.diagnostic.code == "E-RUN-046"
+
+
+def test_a_spawner_lifeline_that_is_not_a_pipe_is_refused(fds: list[int]) -> None:
+    with pytest.raises(ChannelRefused) as refused:
+        read_place({"MURMUR_SPAWNER_LIFELINE": "999"}, session_id=SESSION)
+    assert refused.value.case == "not_open"
+    assert "MURMUR_SPAWNER_LIFELINE" in str(refused.value.diagnostic.message)
+
+
+def test_a_lineage_without_a_spawner_lifeline_is_no_child(fds: list[int]) -> None:
+    place = read_place({"MURMUR_PARENT_SESSION": new_session_id(),
+                        "MURMUR_DELEGATION_DEPTH": "1"}, session_id=SESSION)
+    assert not place.delegated and place.lineage is None
