@@ -4,7 +4,8 @@ In order: the graph itself (:class:`Graph`: members in roster order, the entry, 
 edges; for a formation, tasks per member and calls per edge), read from an admitted
 roster (:func:`roster_graph`) or from a formation's traces (:func:`formation_graph`:
 each member's ``session_start`` names its callees, ``a2a_task_received`` counts its
-tasks, ``member_call`` its calls); then the three renderings, DOT (Graphviz), Mermaid,
+tasks, ``member_call`` its calls, ``delegation`` its children, each a node
+``child:<capsule-name>``); then the three renderings, DOT (Graphviz), Mermaid,
 and SVG drawn here (members in layers by their distance from the entry member, each
 edge an arrow, no layout engine needed).
 """
@@ -18,7 +19,7 @@ from html import escape
 
 from launcher.admission.roster import AdmittedRoster
 from launcher.home.paths import records_root
-from launcher.home.trace import read_trace
+from launcher.home.trace import read_trace, session_label
 
 FORMATS = ("svg", "dot", "mermaid")
 
@@ -31,6 +32,8 @@ class Graph:
     #: For a formation that ran: tasks each member received, calls along each edge.
     tasks: Counter[str] | None = None
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: Delegations along an edge from a member to its ``child:<capsule-name>``.
+    delegations: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def label(self, member: str) -> str:
         text = member + (" (entry)" if member == self.entry else "")
@@ -42,6 +45,9 @@ class Graph:
     def edge_label(self, edge: tuple[str, str]) -> str:
         if self.tasks is None:
             return ""
+        if edge in self.delegations:
+            count = self.delegations[edge]
+            return f"{count} delegation{'s' if count != 1 else ''}"
         count = self.calls[edge]
         return f"{count} call{'s' if count != 1 else ''}"
 
@@ -56,6 +62,7 @@ def formation_graph(formation_id: str) -> Graph | None:
     starts: dict[str, dict[str, object]] = {}
     tasks: Counter[str] = Counter()
     calls: Counter[tuple[str, str]] = Counter()
+    delegations: Counter[tuple[str, str]] = Counter()
     root = records_root()
     for path in sorted(root.rglob("trace.jsonl")) if root.is_dir() else ():
         try:
@@ -65,8 +72,8 @@ def formation_graph(formation_id: str) -> Graph | None:
         if not records or records[0].get("formation_id") != formation_id:
             continue
         first = records[0]
-        member = first.get("formation_member")
-        if not isinstance(member, str):
+        member = session_label(first)
+        if member is None:
             continue
         starts[member] = first
         for record in records:
@@ -74,17 +81,22 @@ def formation_graph(formation_id: str) -> Graph | None:
                 tasks[member] += 1
             elif record.get("event") == "member_call" and isinstance(record.get("callee"), str):
                 calls[(member, str(record["callee"]))] += 1
+            elif record.get("event") == "delegation":
+                capsule = str(record.get("capsule") or "-")
+                delegations[(member, f"child:{capsule.rsplit('/', 1)[-1]}")] += 1
     if not starts:
         return None
     members = sorted(starts)
     edges = sorted({(member, str(callee)) for member, first in starts.items()
-                    for callee in _callees(first)})
+                    for callee in _callees(first)} | set(delegations))
+    members += sorted({child for _, child in delegations} - set(members))
     # Peers work in formations/<id>/<name> under MURMUR_HOME; the entry member in the
     # project directory.
     entry = next((member for member, first in starts.items()
-                  if f"formations/{formation_id}/" not in f"{first.get('workdir', '')}/"),
-                 None)
-    return Graph(members=members, entry=entry, edges=edges, tasks=tasks, calls=calls)
+                  if f"formations/{formation_id}/" not in f"{first.get('workdir', '')}/"
+                  and not first.get("parent_session")), None)
+    return Graph(members=members, entry=entry, edges=edges, tasks=tasks, calls=calls,
+                 delegations=delegations)
 
 
 def _callees(first: dict[str, object]) -> Iterable[object]:

@@ -40,17 +40,19 @@ def trace_records(ident: str) -> list[dict[str, Any]] | None:
         find_session_trace,
         merge_traces,
         read_trace,
+        session_label,
+        with_delegated,
     )
 
     if is_formation_id(ident):
         pairs = find_formation_traces(ident)
-        return merge_traces(pairs) if pairs else None
+        return merge_traces(with_delegated(pairs)) if pairs else None
     path = find_session_trace(ident)
     if path is None:
         return None
     first = next(iter(read_trace(path)), {})
-    member = first.get("formation_member") or "-"
-    return merge_traces([(str(member), path)])
+    member = session_label(first) or "-"
+    return merge_traces(with_delegated([(member, path)]))
 
 
 def trace_show(args: argparse.Namespace) -> int:

@@ -9,7 +9,9 @@ this order:
 3. every ``member_call`` is a call of the task named by its ``task_id`` at the calling
    member; the callee's task is the one whose ``parent_span_id`` is the call's
    ``span_id`` (the W3C trace context the proxy sent), else the one its
-   ``callee_task_id`` names;
+   ``callee_task_id`` names; every ``delegation`` is a call too (``via: delegation``),
+   to the child's task at ``child:<capsule-name>`` (the child's trace is merged under
+   that name);
 4. a task that is no call's child is a root (the operator's, a client's, or a caller
    outside the formation); roots and calls keep time order.
 
@@ -101,6 +103,15 @@ def _call(record: Record) -> CallNode:
                     via=_text(record, "via"), callee_task_id=_text(record, "callee_task_id"))
 
 
+def _delegation(record: Record) -> CallNode:
+    capsule = str(record.get("capsule") or "-")
+    outcome = _text(record, "outcome")
+    return CallNode(caller=str(record.get("member") or "-"),
+                    callee=f"child:{capsule.rsplit('/', 1)[-1]}", at=str(record.get("ts") or ""),
+                    span_id=None, outcome=None if outcome == "completed" else outcome,
+                    via="delegation", callee_task_id=_text(record, "child_task_id"))
+
+
 def build_tree(records: Iterable[Record]) -> list[TaskNode]:
     """The root tasks of ``records`` (merged, in time order), each with its calls."""
     tasks: dict[tuple[str, str], TaskNode] = {}
@@ -115,6 +126,8 @@ def build_tree(records: Iterable[Record]) -> list[TaskNode]:
             _note_state(tasks, record)
         elif event == "member_call":
             calls.append((_text(record, "task_id"), _call(record)))
+        elif event == "delegation":
+            calls.append((_text(record, "task_id"), _delegation(record)))
     by_parent = {node.parent_span_id: node for node in tasks.values() if node.parent_span_id}
     children: set[int] = set()
     for task_id, call in calls:
@@ -169,7 +182,8 @@ def _task_line(node: TaskNode, *, called: bool) -> str:
 
 def _call_line(call: CallNode) -> str:
     if call.task is not None:
-        return f"→ {_task_line(call.task, called=True)}"
+        how = "delegated " if call.via == "delegation" else ""
+        return f"→ {how}{_task_line(call.task, called=True)}"
     how = call.outcome or ("http request" if call.via == "http" else "no task seen")
     return f"→ {escape_control(call.callee)}  (no task: {escape_control(how)})"
 

@@ -6,7 +6,9 @@ middle of another record: the two lines land whole, one after the other. Readers
 (:func:`read_trace`) skip a line that does not parse, such as the torn last line of a
 process killed mid-write. :func:`merge_traces` and :func:`find_formation_traces` serve
 ``mur trace show <formation-id>``; :func:`find_session_trace` serves
-``mur trace show <session-id>``.
+``mur trace show <session-id>``; :func:`with_delegated` adds the traces of the children
+a session delegated to (its ``delegation`` records name them), each under
+``child:<capsule-name>`` (:func:`session_label`).
 """
 
 from __future__ import annotations
@@ -202,10 +204,58 @@ def find_formation_traces(formation_id: str) -> list[tuple[str, Path]]:
             continue
         if first.get("formation_id") != formation_id:
             continue
-        member = first.get("formation_member")
-        found.append((member if isinstance(member, str) else session.parent.name, trace))
+        found.append((session_label(first) or session.parent.name, trace))
     found.sort(key=lambda pair: pair[1].parent.name)
     return found
+
+
+def session_label(first: Mapping[str, Any]) -> str | None:
+    """The name a session's records are shown under, from its ``session_start``: its
+    roster name, ``child:<capsule-name>`` for a delegated child, else None."""
+    member = first.get("formation_member")
+    if isinstance(member, str):
+        return member
+    capsule = first.get("capsule")
+    if first.get("parent_session") and isinstance(capsule, str):
+        return f"child:{capsule.rsplit('/', 1)[-1]}"
+    return None
+
+
+#: How deep :func:`with_delegated` follows children of children.
+_DELEGATION_LEVELS = 16
+
+
+def with_delegated(pairs: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    """``pairs`` and, after them, the trace of every child session their ``delegation``
+    records name (children of children too), each once."""
+    found = list(pairs)
+    seen = {path.resolve() for _, path in found}
+    frontier = list(pairs)
+    for _ in range(_DELEGATION_LEVELS):
+        following: list[tuple[str, Path]] = []
+        for _, path in frontier:
+            for record in _readable(path):
+                child = record.get("child_session")
+                if record.get("event") != "delegation" or not is_session_id(child):
+                    continue
+                trace = find_session_trace(str(child))
+                if trace is None or trace.resolve() in seen:
+                    continue
+                seen.add(trace.resolve())
+                label = session_label(_first_record(trace) or {}) or "child"
+                following.append((label, trace))
+        found += following
+        frontier = following
+        if not frontier:
+            break
+    return found
+
+
+def _readable(path: Path) -> list[Record]:
+    try:
+        return read_trace(path)
+    except OSError:
+        return []
 
 
 def formation_peer_traces(formation_id: str) -> list[tuple[str, Path]]:

@@ -174,3 +174,43 @@ def test_trace_show_of_a_session_prints_one_line_a_record(
     raw = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["event"] for r in raw] == ["session_start", "task_state"]
     assert all(r["member"] == "coder" for r in raw)
+
+
+def test_ps_shows_a_delegated_child_under_the_session_that_delegated_to_it() -> None:
+    fid = new_formation_id()
+    boss, child, grandchild, alone, its_child = (new_session_id() for _ in range(5))
+    live = [
+        RunningRecord(id=fid, pid=10, start=None, kind="launcher", formation_id=fid,
+                      member="boss"),
+        RunningRecord(id=boss, pid=11, start=None, kind="session", formation_id=fid,
+                      member="boss", started="1"),
+        RunningRecord(id=child, pid=12, start=None, kind="session", formation_id=fid,
+                      capsule="local/summarizer", parent_session=boss, started="2"),
+        RunningRecord(id=grandchild, pid=13, start=None, kind="session", formation_id=fid,
+                      capsule="local/leaf", parent_session=child, started="3"),
+        RunningRecord(id=alone, pid=14, start=None, kind="session", capsule="local/x",
+                      version="1", started="4"),
+        RunningRecord(id=its_child, pid=15, start=None, kind="session", capsule="local/y",
+                      version="2", parent_session=alone, started="5"),
+    ]
+    state = ps.running_state(live)
+    [member] = state["formations"][0]["members"]
+    assert member["session_id"] == boss
+    [first] = member["children"]
+    assert first["session_id"] == child and first["parent_session"] == boss
+    assert [row["session_id"] for row in first["children"]] == [grandchild]
+    [standalone] = state["sessions"]
+    assert [row["session_id"] for row in standalone["children"]] == [its_child]
+    text = ps.render_ps(state).splitlines()
+    assert any(line.startswith("  boss ") for line in text)
+    assert any(line.startswith("  └ child:summarizer ") and child in line for line in text)
+    assert any(line.startswith("    └ child:leaf ") and grandchild in line for line in text)
+    assert any(line.startswith(f"└ {its_child} ") for line in text)
+
+
+def test_a_child_whose_parent_is_gone_is_shown_where_its_own_record_places_it() -> None:
+    orphan = new_session_id()
+    state = ps.running_state([RunningRecord(
+        id=orphan, pid=12, start=None, kind="session", capsule="local/s",
+        parent_session=new_session_id())])
+    assert [row["session_id"] for row in state["sessions"]] == [orphan]

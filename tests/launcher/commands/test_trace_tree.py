@@ -89,3 +89,27 @@ def test_live_tasks_counts_what_has_not_ended(tmp_path: Path) -> None:
     assert render_tasks(tasks) == "2 (1 input-required, 1 working)"
     assert live_tasks(str(tmp_path / "missing")) == {"live": 0, "states": {}}
     assert render_tasks(live_tasks(None)) == "0"
+
+
+def test_a_delegation_hangs_the_childs_task_under_the_parents_task() -> None:
+    records = [
+        received("-", "p1", "a" * 16),
+        received("child:summarizer", "c1", "c" * 16, ts="2026-12-03T10:00:00.200Z"),
+        state("child:summarizer", "c1", "COMPLETED", "2026-12-03T10:00:00.400Z"),
+        {"ts": "2026-12-03T10:00:00.450Z", "event": "delegation", "member": "-",
+         "task_id": "p1", "capsule": "local/summarizer", "version": "1.0.0",
+         "child_session": "ses_x", "child_task_id": "c1", "outcome": "completed"},
+        {"ts": "2026-12-03T10:00:00.460Z", "event": "delegation", "member": "-",
+         "task_id": "p1", "capsule": "local/leaf", "version": "1.0.0",
+         "outcome": "refused"},
+        state("-", "p1", "COMPLETED", "2026-12-03T10:00:01.000Z"),
+    ]
+    [root] = build_tree(records)
+    assert [call.via for call in root.calls] == ["delegation", "delegation"]
+    assert root.calls[0].task is not None and root.calls[0].task.task_id == "c1"
+    assert render_tree([root], "session s").splitlines() == [
+        "session s: 2 tasks, 2 calls",
+        "-  task p1  from operator  completed in 1.00s",
+        "├─ → delegated child:summarizer  task c1  completed in 0.20s",
+        "└─ → child:leaf  (no task: refused)",
+    ]
