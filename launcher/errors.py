@@ -4,7 +4,9 @@
     LauncherError
     ├── DiagnosticError ............. diagnostics.report: a refusal carrying its coded
     │   │                             Diagnostic
-    │   └── ChannelRefused .......... spawn.channel: E-RUN-046, one of the channel's cases
+    │   ├── ChannelRefused .......... spawn.channel: E-RUN-046, one of the channel's cases
+    │   └── ModelError .............. member.model.endpoint: a model member's task cannot
+    │                                 go on (E-RUN-057 to E-RUN-065)
     ├── YamlFault ................... admission.yaml_files: a document that does not read
     ├── UpstreamHeaderError ......... admission.a2a_agent: an agent.a2a header cannot be
     │                                 sent (a ValueError)

@@ -185,8 +185,13 @@ class AllowList:
         return f"AllowList({len(self._entries)} entries)"
 
     def allows(self, url: httpx.URL) -> bool:
-        host = url.raw_host.decode("ascii").rstrip(".").lower()
         port = url.port if url.port is not None else default_port(url.scheme)
+        return self.allows_host(url.raw_host.decode("ascii"), port)
+
+    def allows_host(self, host: str, port: int | None) -> bool:
+        """The same rule for a host and port read from URL text (admission reads a
+        model member's ``base_url`` with it, without httpx)."""
+        host = host.rstrip(".").lower()
         return any(self._matches(entry, host, port) for entry in self._entries)
 
     @staticmethod

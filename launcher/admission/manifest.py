@@ -40,6 +40,7 @@ from launcher.admission.manifest_fields import (
     refuse_below,
     version_problem,
 )
+from launcher.admission.model_agent import Inference, ModelAgent, model_problems
 from launcher.admission.schema_faults import schema_fault
 from launcher.admission.yaml_files import (
     YamlFault,
@@ -66,6 +67,9 @@ class Agent(Strict):
         default=None, min_length=1, description="a process harness, such as `[python3, run.py]`")
     a2a: A2aAgent | None = Field(
         default=None, description="an A2A server behind the door: `command: [...]` or `url: ...`")
+    model: ModelAgent | None = Field(
+        default=None, description="a model driven by the runtime (`inference.transport: "
+        "http`): `{instructions: FILE, tools: [...]}` (docs/llm.md)")
     skills: list[Skill] = Field(default_factory=list)
     requires: list[Requirement] = Field(
         default_factory=list, description="Python distributions the agent needs, as pip "
@@ -73,11 +77,12 @@ class Agent(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Agent:
-        if [self.python, self.command, self.a2a].count(None) != 2:
-            raise refuse("must have exactly one of `python`, `command` and `a2a`",
+        if [self.python, self.command, self.a2a, self.model].count(None) != 3:
+            raise refuse("must have exactly one of `python`, `command`, `a2a` and `model`",
                          "write `python: module:run` for a Python agent, `command: "
-                         "[program, args...]` for a process harness, or `a2a: {command: "
-                         "[...]}` or `a2a: {url: ...}` for an A2A server behind the door")
+                         "[program, args...]` for a process harness, `a2a: {command: "
+                         "[...]}` or `a2a: {url: ...}` for an A2A server behind the door, "
+                         "or `model: {}` for a model member (docs/llm.md)")
         if self.a2a is not None and self.skills:
             raise refuse_below("skills", "cannot be given beside `agent.a2a`: the door's "
                                "card shows the upstream's own skills",
@@ -98,11 +103,19 @@ class Agent(Strict):
         return None if self.python is None else self.python.split(":", 1)[1]
 
     @property
-    def kind(self) -> Literal["python", "command", "a2a"]:
-        """Which of the three kinds the agent is."""
+    def kind(self) -> Literal["python", "command", "a2a", "model"]:
+        """Which of the four kinds the agent is."""
         if self.python is not None:
             return "python"
+        if self.model is not None:
+            return "model"
         return "command" if self.command is not None else "a2a"
+
+    @property
+    def runs_turns(self) -> bool:
+        """Whether the runtime runs the agent's turns in its agent process (``python``
+        and ``model``): the task API, the turn rule, call-member and delegation."""
+        return self.python is not None or self.model is not None
 
 
 class PeerTasks(Strict):
@@ -218,10 +231,6 @@ class Lifecycle(Strict):
         return self.concurrency + self.queue_depth
 
 
-class Inference(Strict):
-    max_turns: int = Field(default=8, ge=1, le=1000)
-
-
 class Retain(Strict):
     max_sessions: int | None = Field(default=None, ge=1)
     max_age: Duration | None = None
@@ -229,6 +238,8 @@ class Retain(Strict):
 
 class Trace(Strict):
     retain: Retain = Field(default_factory=Retain)
+    content: bool = Field(default=False, description="`true` to record a model member's "
+                          "prompts and answers in its trace (docs/llm.md)")
 
 
 class Manifest(Strict):
@@ -263,6 +274,15 @@ class Manifest(Strict):
                     "problem": f"refers to `${{{variable}}}`, which `capabilities.env.allow` "
                                "does not name", "fix": f"add {variable} to "
                     "capabilities.env.allow", "below": ("agent", "a2a", "headers", name)})
+        return self
+
+    @model_validator(mode="after")
+    def _model_settings(self) -> Manifest:
+        for below, problem, fix in model_problems(
+                self.agent.model, self.inference, env_allow=self.capabilities.env.allow,
+                network_allow=self.capabilities.network.allow):
+            raise PydanticCustomError("murmur_value", "{problem}",
+                                      {"problem": problem, "fix": fix, "below": below})
         return self
 
     @property
@@ -344,6 +364,9 @@ def referenced_files(manifest: Manifest) -> list[tuple[str, tuple[str, ...]]]:
     if manifest.agent.module is not None:
         base = manifest.agent.module.replace(".", "/")
         wanted.append(("agent.python", (f"{base}.py", f"{base}/__init__.py")))
+    model = manifest.agent.model
+    if model is not None and model.instructions is not None:
+        wanted.append(("agent.model.instructions", (str(PurePosixPath(model.instructions)),)))
     authentication = manifest.network.authentication
     for index, issuer in enumerate(authentication.jwt if authentication else []):
         for key in ("jwks_file", "pem_file"):
@@ -364,6 +387,7 @@ def check_files(manifest: Manifest, present: Collection[str], source: str) -> No
 
 
 __all__ = ["A2aAgent", "Agent", "Authentication", "BearerCredential", "Capabilities",
-           "Duration", "JwtIssuer", "Lifecycle", "Manifest", "UpstreamHeaderError",
+           "Duration", "Inference", "JwtIssuer", "Lifecycle", "Manifest", "ModelAgent",
+           "UpstreamHeaderError",
            "YamlFault", "check_files", "dotted", "load_manifest", "name_problem",
            "parse_manifest", "read_yaml", "referenced_files", "version_problem"]

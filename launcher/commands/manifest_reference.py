@@ -37,7 +37,7 @@ MEANINGS: dict[str, tuple[str, str]] = {
                 "1.2.0"),
     "description": ("What the agent does, in a sentence: the agent card's description.",
                     "Writes code."),
-    "agent": ("What runs each task: exactly one of `python`, `command` and `a2a`.",
+    "agent": ("What runs each task: exactly one of `python`, `command`, `a2a` and `model`.",
               "{python: coder_agent:run}"),
     "agent.python": ("`module:callable` inside the capsule: an `async def run(task)` "
                      "called once per turn (docs/agent-api.md).",
@@ -56,6 +56,30 @@ MEANINGS: dict[str, tuple[str, str]] = {
                             "/.well-known/agent-card.json"),
     "agent.a2a.headers": ("Headers sent upstream on every request; `${VAR}` is a variable "
                           "of `capabilities.env.allow`.", '{X-Api-Key: "${AGENT_KEY}"}'),
+    "agent.model": ("A member that is a model (docs/llm.md): the runtime drives an "
+                    "OpenAI-compatible endpoint (`inference.transport: http`), its system "
+                    "prompt the `[Capsule]` block and the session's `MURMUR.md`.",
+                    "{tools: [{command: {name: word_count, argv: [wc, -w]}}]}"),
+    "agent.model.instructions": ("The capsule's file of instructions, after the `[Capsule]` "
+                                 "block (default: `MURMUR.md` when the capsule ships one).",
+                                 "prompts/planner.md"),
+    "agent.model.tools": ("Tools offered to the model beside `call_member` and `delegate`; "
+                          "each runs confined, in the agent's sandbox, in the capsule's "
+                          "directory, without the endpoint's key.",
+                          "[{mcp: [python3, tools/server.py]}]"),
+    "agent.model.tools[].mcp": ("An MCP server over stdio: its tools are offered by their "
+                                "names and schemas.", "[python3, tools/server.py]"),
+    "agent.model.tools[].command": ("A program run once per call: the model's `input` on "
+                                    "stdin, its stdout the result.",
+                                    "{name: word_count, argv: [wc, -w]}"),
+    "agent.model.tools[].command.name": ("The tool's name for the model (letters, digits, "
+                                         "`_`, `-`; not `call_member` or `delegate`).",
+                                         "word_count"),
+    "agent.model.tools[].command.argv": ("The program and its arguments.", "[wc, -w]"),
+    "agent.model.tools[].command.description": ("What the tool does, for the model.",
+                                                "Counts the words of its input."),
+    "agent.model.tools[].command.timeout": ("Seconds a run may take before it is killed "
+                                            "(1 to 3600).", "60"),
     "agent.skills": ("The skills the agent card lists.",
                      "[{id: code, name: Code, description: Writes code, tags: [code]}]"),
     "agent.skills[].id": ("A skill's id, unique to the agent.", "code"),
@@ -144,15 +168,33 @@ MEANINGS: dict[str, tuple[str, str]] = {
                               "them a new task is `-32050` member busy.", "2"),
     "lifecycle.idle_timeout": ("End the session after this long without a task "
                                "(a duration: `30s`, `10m`, `2h`, `7d`).", "10m"),
-    "inference": ("Limits of the agent's turns.", "{max_turns: 8}"),
-    "inference.max_turns": ("Calls of `run` per task (1 to 1000): a turn that leaves "
-                            "member calls unanswered is followed by one with their answers "
-                            "while turns are left.", "8"),
+    "inference": ("Limits of the agent's turns; for `agent.model`, the endpoint it drives.",
+                  "{max_turns: 8}"),
+    "inference.max_turns": ("Turns per task (1 to 1000): calls of `run`, or a model "
+                            "member's requests to its endpoint; a turn that leaves member "
+                            "calls unanswered is followed by one with their answers while "
+                            "turns are left.", "8"),
+    "inference.transport": ("`http`: an OpenAI-compatible chat-completions endpoint; "
+                            "required with `agent.model`.", "http"),
+    "inference.base_url": ("The endpoint, or `${VAR}` read at start; a literal URL's host "
+                           "must be in `capabilities.network.allow`.",
+                           "https://api.openai.com/v1"),
+    "inference.model": ("The model's name at the endpoint.", "gpt-4o-mini"),
+    "inference.api_key_env": ("The variable holding the endpoint's key, granted by "
+                              "`capabilities.env.allow`; read by the driver alone.",
+                              "OPENAI_API_KEY"),
+    "inference.max_tokens": ("The most tokens one answer may have.", "2048"),
+    "inference.temperature": ("Sampling temperature (0 to 2).", "0.2"),
+    "inference.budget": ("What one task may spend.", "{tokens: 200000}"),
+    "inference.budget.tokens": ("Input and output tokens one task may spend across its "
+                                "requests; past it the task fails (`E-RUN-063`).", "200000"),
     "trace": ("What the session keeps of its records.", "{retain: {max_sessions: 20}}"),
     "trace.retain": ("Which earlier sessions' records are kept.",
                      "{max_sessions: 20, max_age: 7d}"),
     "trace.retain.max_sessions": ("Keep at most this many sessions of this capsule.", "20"),
     "trace.retain.max_age": ("Remove sessions older than this (a duration).", "7d"),
+    "trace.content": ("`true`: a model member's prompts, answers and tool arguments and "
+                      "results in its trace (tokens and timings are always there).", "false"),
 }
 
 

@@ -274,10 +274,14 @@ MANIFEST_CODES: tuple[CodeEntry, ...] = (
         "Any key `murmur.yaml` does not list, at any level, is refused and named by its "
         "dotted path (such as `lifecycle.concurency`); so is a missing required key, a value "
         "of the wrong type or out of range, an agent with other than exactly one of "
-        "`python`, `command` and `a2a`, an `agent.a2a` with other than exactly one of "
-        "`command` and `url` or a header that uses a `${VAR}` `capabilities.env.allow` does "
-        "not name, a duration that is not a whole number followed by `s`, `m`, `h`, `d` or "
-        "`w`, and `network.authentication:` written with no value.",
+        "`python`, `command`, `a2a` and `model`, an `agent.a2a` with other than exactly one "
+        "of `command` and `url` or a header that uses a `${VAR}` `capabilities.env.allow` "
+        "does not name, an `agent.model` without `inference.transport: http`, "
+        "`inference.base_url` and `inference.model`, an `inference.api_key_env` or "
+        "`${VAR}` base URL or model the grant does not name, a literal base URL whose host "
+        "`capabilities.network.allow` does not grant, a duration that is not a whole "
+        "number followed by `s`, `m`, `h`, `d` or `w`, and `network.authentication:` "
+        "written with no value.",
     ),
     CodeEntry(
         "E-MAN-002", "error",

@@ -1,7 +1,8 @@
 """The one table of diagnostics, joined from its families, and looking a code up.
 
 In order: :data:`TABLE` (``ROS``, ``REG`` and ``MAN`` from ``admission_codes.py``, then
-``RUN`` and ``SEC`` from ``run_codes.py``, the order ``mur explain`` lists them),
+``RUN`` from ``run_codes.py`` with a model member's from ``model_codes.py``, and ``SEC``,
+the order ``mur explain`` lists them),
 :data:`CODES` (the table by code), :func:`lookup`, then the check every row passes when
 the table is imported.
 """
@@ -12,12 +13,13 @@ import re
 
 from launcher.diagnostics.admission_codes import MANIFEST_CODES, ROSTER_CODES, STORE_CODES
 from launcher.diagnostics.entry import CodeEntry
+from launcher.diagnostics.model_codes import MODEL_CODES
 from launcher.diagnostics.run_codes import HOST_CODES, RUN_CODES
 
 _CODE_PATTERN = re.compile(r"^(E|W)-(ROS|REG|MAN|RUN|SEC)-[0-9]{3}$")
 
 TABLE: tuple[CodeEntry, ...] = (*ROSTER_CODES, *STORE_CODES, *MANIFEST_CODES, *RUN_CODES,
-                                *HOST_CODES)
+                                *MODEL_CODES, *HOST_CODES)
 
 CODES: dict[str, CodeEntry] = {entry.code: entry for entry in TABLE}
 

@@ -592,10 +592,10 @@ def test_a_gateway_refusal_names_the_field_and_what_is_accepted(body: str, path:
 @pytest.mark.parametrize("agent", ["{python: a:run, a2a: {url: 'http://h:1'}}",
                                    "{command: [x], a2a: {url: 'http://h:1'}}",
                                    "{python: a:run, command: [x], a2a: {url: 'http://h:1'}}"])
-def test_an_agent_is_exactly_one_of_python_command_and_a2a(agent: str) -> None:
+def test_an_agent_is_exactly_one_of_python_command_a2a_and_model(agent: str) -> None:
     refused = refusal(MINIMAL.replace("{python: coder_agent:run}", agent))
     assert (refused.code, refused.path) == ("E-MAN-001", "agent")
-    assert "exactly one of `python`, `command` and `a2a`" in refused.diagnostic.message
+    assert "exactly one of `python`, `command`, `a2a` and `model`" in refused.diagnostic.message
     assert "a2a: {url: ...}" in refused.diagnostic.hint
 
 
