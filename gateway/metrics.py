@@ -88,6 +88,10 @@ class DoorMetrics:
         self.verifications: dict[str, int] = {"verified": 0, "cached": 0, "refused": 0}
         self.proxy_calls: dict[tuple[str, str], int] = {}
         self.proxy_seconds: dict[str, _Histogram] = {}
+        #: A model member's tokens by (member, model, ``input`` or ``output``), and its
+        #: tool runs by (member, tool, outcome).
+        self.model_tokens: dict[tuple[str, str, str], int] = {}
+        self.tool_runs: dict[tuple[str, str, str], int] = {}
         #: The tasks the door holds, by state; the door sets it to its tasks' counts.
         self.task_states: TaskStates = dict
 
@@ -123,6 +127,16 @@ class DoorMetrics:
             if histogram is None:
                 histogram = self.proxy_seconds[callee] = _Histogram()
             histogram.observe(seconds)
+
+    def model_call(self, member: str, model: str, input_tokens: int,
+                   output_tokens: int) -> None:
+        for kind, count in (("input", input_tokens), ("output", output_tokens)):
+            key = (member, model, kind)
+            self.model_tokens[key] = self.model_tokens.get(key, 0) + count
+
+    def tool_run(self, member: str, tool: str, outcome: str) -> None:
+        key = (member, tool, outcome)
+        self.tool_runs[key] = self.tool_runs.get(key, 0) + 1
 
     # --- scraping ----------------------------------------------------------------------
 
@@ -176,6 +190,7 @@ class DoorMetrics:
             tasks.add_metric([state], count)
         yield tasks
         yield from self._proxy_families()
+        yield from self._model_families()
 
     def _proxy_families(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
@@ -193,6 +208,23 @@ class DoorMetrics:
         for callee, histogram in sorted(self.proxy_seconds.items()):
             seconds.add_metric([callee], histogram.cumulative(), histogram.total)
         yield seconds
+
+
+    def _model_families(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        tokens = CounterMetricFamily(
+            "murmur_model_tokens", "Tokens a model member's endpoint reported, by member, "
+            "model and kind (input or output).", labels=["member", "model", "kind"])
+        for labels, count in sorted(self.model_tokens.items()):
+            tokens.add_metric(list(labels), count)
+        yield tokens
+        runs = CounterMetricFamily(
+            "murmur_model_tool_runs", "Tools a model member's model called, by member, tool "
+            "and outcome.", labels=["member", "tool", "outcome"])
+        for labels, count in sorted(self.tool_runs.items()):
+            runs.add_metric(list(labels), count)
+        yield runs
 
 
 class _Collector:

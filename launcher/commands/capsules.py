@@ -22,13 +22,14 @@ if TYPE_CHECKING:
 ENTRY_MEMBER = "planner"
 WORKER_MEMBER = "worker"
 VERSION = "0.1.0"
-#: ``mur new --template`` → the folder of launcher/templates it writes from.
-TEMPLATES = {"python": "capsule", "a2a": "a2a", "llm": "capsule"}
+#: ``mur new --template`` → the folder of launcher/templates it writes from. ``llm`` is
+#: the ``model`` template's earlier name, kept so earlier instructions still work.
+TEMPLATES = {"python": "capsule", "a2a": "a2a", "model": "model", "llm": "model"}
 DEFAULT_TEMPLATE = "python"
-#: The folder of ``mur new --roster --template llm``'s members (docs/llm.md).
-LLM_ROSTER = "roster-llm"
-LLM_NEXT = ("its agents call an OpenAI-compatible API: set OPENAI_API_KEY (and "
-            "OPENAI_BASE_URL, OPENAI_MODEL for another server; docs/llm.md)\n")
+#: The folder of ``mur new --roster --template model``'s members (docs/llm.md).
+MODEL_ROSTER = "roster-model"
+MODEL_NEXT = ("its members are models on an OpenAI-compatible endpoint: set OPENAI_API_KEY "
+              "(and OPENAI_BASE_URL, OPENAI_MODEL for another server; docs/llm.md)\n")
 
 
 def register(subparsers: Any) -> None:
@@ -47,9 +48,10 @@ def register(subparsers: Any) -> None:
                      help="write a two-member roster instead of one capsule")
     new.add_argument("--template", choices=tuple(TEMPLATES),
                      help="the agent: `python` (the default), an `async def run(task)`; "
-                          "`a2a`, an A2A server of its own (needs a2a-sdk); with --roster, "
-                          "`llm`: members whose agent is a model behind an OpenAI-compatible "
-                          "chat API, calling each other as tools")
+                          "`a2a`, an A2A server of its own (needs a2a-sdk); `model`, a model "
+                          "on an OpenAI-compatible endpoint, declared in murmur.yaml with its "
+                          "instructions in MURMUR.md (with --roster, a planner and a worker "
+                          "that call each other as tools; `llm` is its earlier name)")
     new.add_argument("--name", help="the capsule's name (default: from DIR's name)")
     new.set_defaults(handler=_new)
 
@@ -120,8 +122,8 @@ def _source_files(template: str, module: str) -> dict[str, str]:
     of the folder above, ``../agent.py.tmpl``, is shared by that folder's members)."""
     if template == TEMPLATES["a2a"]:
         agent = {"server.py": "server.py.tmpl"}
-    elif template.startswith(LLM_ROSTER + "/"):
-        agent = {f"{module}.py": "../agent.py.tmpl"}
+    elif template == TEMPLATES["model"] or template.startswith(MODEL_ROSTER + "/"):
+        agent = {"MURMUR.md": "MURMUR.md.tmpl"}
     else:
         agent = {f"{module}.py": "agent.py.tmpl"}
     return {"murmur.yaml": "murmur.yaml.tmpl", **agent}
@@ -129,8 +131,9 @@ def _source_files(template: str, module: str) -> dict[str, str]:
 
 def write_capsule_source(directory: Path, name: str, template: str = "capsule",
                          **values: str) -> Path:
-    """Write ``murmur.yaml`` and the agent (a Python module, or ``server.py`` for the
-    ``a2a`` template) of capsule ``name`` into ``directory``."""
+    """Write ``murmur.yaml`` and the agent (a Python module, ``server.py`` for the ``a2a``
+    template, the instructions ``MURMUR.md`` for a model) of capsule ``name`` into
+    ``directory``."""
     module = _module_for(name)
     files = {directory / file: _template(*_template_path(template, source))
              for file, source in _source_files(template, module).items()}
@@ -151,7 +154,7 @@ def _template_path(template: str, source: str) -> tuple[str, ...]:
 
 def write_roster_project(directory: Path, template: str = "python") -> list[InstalledArtifact]:
     """Write the two-member roster and its sources (``template``: ``python`` agents, or
-    ``llm`` agents that call a chat-completions API), then pack and install both members
+    ``model`` members on a chat-completions endpoint), then pack and install both members
     into ``directory``'s project store. Returns the installed artifacts."""
     import tempfile
 
@@ -166,7 +169,7 @@ def write_roster_project(directory: Path, template: str = "python") -> list[Inst
     installed = []
     with tempfile.TemporaryDirectory(prefix="mur-new-") as build:
         for role, member in (("entry", ENTRY_MEMBER), ("worker", WORKER_MEMBER)):
-            folder = LLM_ROSTER if template == "llm" else "roster"
+            folder = MODEL_ROSTER if TEMPLATES[template] == "model" else "roster"
             source = write_capsule_source(directory / member, member, f"{folder}/{role}",
                                           **names)
             packed = pack(source, Path(build) / f"{member}-{VERSION}.mur.zip")
@@ -176,12 +179,8 @@ def write_roster_project(directory: Path, template: str = "python") -> list[Inst
 
 def _new(args: argparse.Namespace) -> int:
     directory: Path = args.directory
-    if args.template == "llm" and not args.roster:
-        print("mur new: --template llm writes a roster of model-backed members; give it "
-              "with --roster", file=sys.stderr)
-        return 2
     if args.roster and args.template == "a2a":
-        print("mur new: --roster writes python (or llm) members, not a2a ones; write an a2a "
+        print("mur new: --roster writes python (or model) members, not a2a ones; write an a2a "
               "capsule with `mur new --template a2a DIR` and add it to the roster",
               file=sys.stderr)
         return 2
@@ -192,7 +191,7 @@ def _new(args: argparse.Namespace) -> int:
             pinned = ", ".join(f"{item.capsule} {item.version}" for item in installed)
             print(f"wrote {directory / 'roster.yaml'} with members {ENTRY_MEMBER} (entry) and "
                   f"{WORKER_MEMBER}, and installed {pinned} into its project store.\n"
-                  + (LLM_NEXT if template == "llm" else "")
+                  + (MODEL_NEXT if TEMPLATES[template] == "model" else "")
                   + f"next: cd {directory} && mur doctor && mur run --roster --task hello")
             return 0
         name = args.name or capsule_name_for(directory)
@@ -206,7 +205,8 @@ def _new(args: argparse.Namespace) -> int:
     except DiagnosticError as refusal:
         emit(refusal.diagnostic, sys.stderr)
         return 1
-    agent = "server.py, an A2A server" if template == "a2a" else f"{_module_for(name)}.py"
+    agent = {"a2a": "server.py, an A2A server", "model": "MURMUR.md, its instructions"}.get(
+        TEMPLATES[template], f"{_module_for(name)}.py")
     print(f"wrote the capsule {name} in {directory} (murmur.yaml and {agent}).\n"
           f"next: mur pack {directory} && mur install {name}-{VERSION}.mur.zip && "
           f"mur run --capsule local/{name} --capsule-version {VERSION} --task hello")

@@ -12,7 +12,9 @@ this order:
    ``callee_task_id`` names; every ``delegation`` is a call too (``via: delegation``),
    to the child's task at ``child:<capsule-name>`` (the child's trace is merged under
    that name);
-4. a task that is no call's child is a root (the operator's, a client's, or a caller
+4. a model member's ``model_call`` and ``tool_call`` records are steps of the task
+   their ``task_id`` names, shown among its calls in time order;
+5. a task that is no call's child is a root (the operator's, a client's, or a caller
    outside the formation); roots and calls keep time order.
 
 Records from before trace context (no span ids) still form a tree: their tasks are
@@ -32,6 +34,8 @@ from launcher.spawn.process import escape_control
 __all__ = ["CallNode", "TaskNode", "build_tree", "render_tree", "tree_json"]
 
 Record = dict[str, Any]
+#: The records that are steps of a task rather than tasks or calls (a model member's).
+STEP_EVENTS = frozenset({"model_call", "tool_call"})
 
 
 @dataclass
@@ -48,6 +52,8 @@ class TaskNode:
     state: str = "TASK_STATE_SUBMITTED"
     ended: str | None = None
     calls: list[CallNode] = field(default_factory=list)
+    #: A model member's requests to its endpoint and its tool runs (step 4).
+    steps: list[Record] = field(default_factory=list)
 
     @property
     def seconds(self) -> float | None:
@@ -116,6 +122,7 @@ def build_tree(records: Iterable[Record]) -> list[TaskNode]:
     """The root tasks of ``records`` (merged, in time order), each with its calls."""
     tasks: dict[tuple[str, str], TaskNode] = {}
     calls: list[tuple[str | None, CallNode]] = []
+    steps: list[Record] = []
     for record in records:
         event = record.get("event")
         if event == "a2a_task_received":
@@ -128,6 +135,12 @@ def build_tree(records: Iterable[Record]) -> list[TaskNode]:
             calls.append((_text(record, "task_id"), _call(record)))
         elif event == "delegation":
             calls.append((_text(record, "task_id"), _delegation(record)))
+        elif event in STEP_EVENTS:
+            steps.append(record)
+    for record in steps:
+        owner = tasks.get((str(record.get("member") or "-"), str(record.get("task_id") or "")))
+        if owner is not None:
+            owner.steps.append(record)
     by_parent = {node.parent_span_id: node for node in tasks.values() if node.parent_span_id}
     children: set[int] = set()
     for task_id, call in calls:
@@ -188,13 +201,35 @@ def _call_line(call: CallNode) -> str:
     return f"→ {escape_control(call.callee)}  (no task: {escape_control(how)})"
 
 
+def _step_line(step: Record) -> str:
+    """A model request (``model gpt-4o-mini turn 2: 812+64 tokens, 930 ms → call_member``)
+    or a tool run (``tool word_count: ok, 12 ms``)."""
+    if step.get("event") == "model_call":
+        tools = step.get("tools") or []
+        asked = (" → " + ", ".join(str(tool) for tool in tools)) if tools else ""
+        line = (f"model {step.get('model', '-')} turn {step.get('turn', '-')}: "
+                f"{step.get('input_tokens', 0)}+{step.get('output_tokens', 0)} tokens, "
+                f"{step.get('latency_ms', 0)} ms{asked}")
+    else:
+        line = (f"tool {step.get('tool', '-')}: {step.get('outcome', '-')}, "
+                f"{step.get('duration_ms', 0)} ms")
+    return "· " + escape_control(line)
+
+
 def _lines(node: TaskNode, prefix: str) -> list[str]:
+    entries: list[tuple[str, CallNode | Record]] = [(call.at, call) for call in node.calls]
+    entries += [(str(step.get("ts") or ""), step) for step in node.steps]
+    entries.sort(key=lambda entry: entry[0])
     lines: list[str] = []
-    for index, call in enumerate(node.calls):
-        last = index == len(node.calls) - 1
-        lines.append(prefix + ("└─ " if last else "├─ ") + _call_line(call))
-        if call.task is not None:
-            lines += _lines(call.task, prefix + ("   " if last else "│  "))
+    for index, (_at, entry) in enumerate(entries):
+        last = index == len(entries) - 1
+        branch = prefix + ("└─ " if last else "├─ ")
+        if not isinstance(entry, CallNode):
+            lines.append(branch + _step_line(entry))
+            continue
+        lines.append(branch + _call_line(entry))
+        if entry.task is not None:
+            lines += _lines(entry.task, prefix + ("   " if last else "│  "))
     return lines
 
 
@@ -236,4 +271,6 @@ def tree_json(node: TaskNode) -> dict[str, Any]:
                    "callee_task_id": call.callee_task_id,
                    "task": None if call.task is None else tree_json(call.task)}
                   for call in node.calls],
+        "steps": [{key: value for key, value in step.items() if key not in ("member",)}
+                  for step in node.steps],
     }

@@ -50,6 +50,7 @@ from launcher.member.agent.protocol import (
     RUN,
     START,
     STARTED,
+    TRACE_EVENTS,
     TURN,
     VERSION,
     ProtocolError,
@@ -216,6 +217,8 @@ class _Running:
     handles: list[Any] = field(default_factory=list)
     #: The calls whose answers the agent code has read (``await handle``, ``answers``).
     seen: set[int] = field(default_factory=set)
+    #: The turns the agent says the task has used (a model member counts its requests).
+    turns_used: int = 0
 
     def unseen(self) -> list[Any]:
         return [handle for handle in self.calls.calls if id(handle) not in self.seen]
@@ -228,13 +231,16 @@ class AgentProcess:
     def __init__(self, start: dict[str, Any], *, python: bool, max_turns: int,
                  calls_factory: Callable[[TaskRun], Any] | None, trace: TraceBus,
                  spawn: Callable[[], AgentChild] = spawn_agent,
-                 cgroup: AgentCgroup | None = None) -> None:
+                 cgroup: AgentCgroup | None = None,
+                 on_record: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self._start = {"op": START, "v": VERSION, **start}
         self._python = python
         self._max_turns = max_turns
         self._calls_factory = calls_factory
         self._trace = trace
         self._spawn = spawn
+        #: Told of each record the agent process asks for (the door's token counters).
+        self._on_record = on_record
         #: The agent side's cgroup, where one could be made (launcher/sandbox/agent_cgroup.py).
         self._cgroup = cgroup
         self._child: AgentChild | None = None
@@ -302,7 +308,7 @@ class AgentProcess:
         self._running[run.id] = entry
         try:
             result = await self._turn(entry, {"op": RUN, "task": _task_fields(run)})
-            turn = 1
+            turn = max(1, entry.turns_used)
             while (self._python and calls is not None and entry.unseen()
                    and not run.ended and turn < self._max_turns):
                 unseen = entry.unseen()
@@ -311,6 +317,7 @@ class AgentProcess:
                 turn += 1
                 result = await self._turn(entry, {"op": TURN, "task_id": run.id,
                                                   "turn": turn, "replies": replies})
+                turn = max(turn, entry.turns_used)
             return result
         finally:
             self._running.pop(run.id, None)
@@ -373,7 +380,9 @@ class AgentProcess:
         if future is None or future.done():
             return
         if op == RETURNED:
-            result = message.get("result")
+            result, turns = message.get("result"), message.get("turns")
+            if isinstance(turns, int) and entry is not None:
+                entry.turns_used = turns
             future.set_result(None if result is None else str(result))
         elif op == RAISED:
             kind = str(message.get("type") or "Exception")
@@ -436,7 +445,21 @@ class AgentProcess:
             return await run.input_required(str(args.get("text", "")))
         if method == "artifact":
             return await _artifact(run, args)
+        if method == "trace":
+            return self._agent_record(run, args)
         return await self._calls_method(entry, method, args)
+
+    def _agent_record(self, run: TaskRun, args: dict[str, Any]) -> None:
+        """A model member's ``model_call`` or ``tool_call`` record, written as this
+        runtime writes its own (bounded, redacted by the bus); the token counters."""
+        event, fields = args.get("event"), args.get("fields")
+        if event not in TRACE_EVENTS or not isinstance(fields, dict):
+            raise ValueError(f"no such trace record: {event!r}")
+        fields = {str(key): value for key, value in fields.items()
+                  if key not in ("event", "ts", "task_id", "session_id")}
+        self._trace.emit(str(event), task_id=run.id, **fields)
+        if self._on_record is not None:
+            self._on_record(str(event), fields)
 
     async def _calls_method(self, entry: _Running, method: str, args: dict[str, Any]
                             ) -> Any:

@@ -5,7 +5,8 @@ section of its ``MURMUR.md``", and members running the same capsule are each tol
 own roster name. The runtime writes the file into the session's ``home/`` (the agent's
 ``HOME``) for every kind of agent, once the capsule is unpacked, in this order:
 
-1. the capsule's own ``MURMUR.md`` (at the capsule's root), when it ships one, as it is;
+1. the capsule's own ``MURMUR.md`` (at the capsule's root, or the file
+   ``agent.model.instructions`` names), when it ships one, as it is;
 2. an ``## Identity`` section: the capsule and its version; in a formation, the member's
    roster name and the formation id; the members it may call, by name (never a door
    address or a token: the runtime alone holds those).
@@ -23,7 +24,7 @@ from launcher.home.files import write_atomic
 __all__ = ["CAPSULE_INSTRUCTIONS", "IDENTITY_HEADING", "identity_section",
            "write_session_instructions"]
 
-#: The capsule's own instructions, at its root (``agent.model.instructions`` will name
+#: The capsule's own instructions, at its root (``agent.model.instructions`` may name
 #: another file of the capsule).
 CAPSULE_INSTRUCTIONS = "MURMUR.md"
 IDENTITY_HEADING = "## Identity"
@@ -45,10 +46,12 @@ def identity_section(*, capsule: str, version: str, member: str | None,
 
 def write_session_instructions(capsule_dir: Path, home: Path, *, capsule: str, version: str,
                                member: str | None, formation_id: str | None,
-                               callees: tuple[str, ...]) -> str:
-    """Write ``home/MURMUR.md`` (whole or not at all) and return its text. Raises
-    OSError naming the file that could not be read or written."""
-    shipped = capsule_dir / CAPSULE_INSTRUCTIONS
+                               callees: tuple[str, ...],
+                               source: str = CAPSULE_INSTRUCTIONS) -> str:
+    """Write ``home/MURMUR.md`` (whole or not at all) and return its text; ``source`` is
+    the capsule's instructions file (``agent.model.instructions``). Raises OSError naming
+    the file that could not be read or written."""
+    shipped = capsule_dir / source
     own = shipped.read_text(encoding="utf-8", errors="replace") if shipped.is_file() else ""
     identity = identity_section(capsule=capsule, version=version, member=member,
                                 formation_id=formation_id, callees=callees)

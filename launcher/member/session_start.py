@@ -41,7 +41,7 @@ from launcher.member.door import (
     process_environment,
     task_env,
 )
-from launcher.member.instructions import write_session_instructions
+from launcher.member.instructions import CAPSULE_INSTRUCTIONS, write_session_instructions
 from launcher.member.outcome import CAPSULE_NOT_RUNNABLE, file_not_written, member_diagnostic
 from launcher.member.proxy_slot import ProxySlot
 from launcher.member.session_end import bounded
@@ -198,8 +198,11 @@ class AgentSide:
                 note="its partly unpacked folder was removed")) from None
         options, place = self.session.options, self.session.place
         try:
+            model = self.session.manifest.agent.model
             self.instructions = write_session_instructions(
                 capsule_dir, records.home, capsule=options.capsule, version=options.version,
+                source=model.instructions if model is not None and model.instructions
+                else CAPSULE_INSTRUCTIONS,
                 member=place.member, formation_id=place.formation_id, callees=place.callees)
         except OSError as exc:
             raise StartFailed(file_not_written(
@@ -221,7 +224,7 @@ class AgentSide:
         session = self.session
         manifest, records, options = session.manifest, session.records, session.options
         spawn = manifest.capabilities.spawn
-        if not spawn.allow or manifest.agent.python is None or records is None:
+        if not spawn.allow or not manifest.agent.runs_turns or records is None:
             return None
         from launcher.member.delegation.delegator import Delegator, DelegatorPlace
         from launcher.member.delegation.grant import SpawnGrant
@@ -287,15 +290,14 @@ class AgentSide:
             session.place
         slot = self._reserve_proxy()
         env = task_env(manifest, plan.environ, place.callees)
-        python = manifest.agent.python is not None
+        python = manifest.agent.runs_turns
         environment = agent_environment(
             manifest, place=place, env=env if python else slot.environment(env),
             deadline=options.deadline, workdir=records.workdir, home=records.home,
             tmp=records.tmp, instructions=self.instructions)
         confinement = self._confinement(records, slot.port)
         start = {
-            "agent": {"python": manifest.agent.python} if python
-            else {"command": list(manifest.agent.command or ())},
+            "agent": self._agent_wire(),
             "capsule_dir": str(records.dir / "capsule"),
             "environment": environment.wire(),
             "process_env": slot.environment(process_environment(
@@ -314,7 +316,7 @@ class AgentSide:
             start, python=python, max_turns=manifest.inference.max_turns, trace=session.bus,
             calls_factory=self.seam.calls_for
             if python and (place.callees or self.seam.delegator is not None) else None,
-            cgroup=self._agent_cgroup())
+            cgroup=self._agent_cgroup(), on_record=self._count_record)
         self.agent = process
         child, plan.agent_child = plan.agent_child, None
         try:
@@ -328,6 +330,36 @@ class AgentSide:
                          withheld=list(confinement.withheld) if confinement else [],
                          cgroup=str(self.cgroup.path) if self.cgroup else None)
         return process.agent_fn()
+
+    def _agent_wire(self) -> dict[str, Any]:
+        """What the agent process runs: a python entry, a command, or a model member's
+        settings (launcher/member/model/settings.py)."""
+        manifest, options = self.session.manifest, self.session.options
+        agent = manifest.agent
+        if agent.python is not None:
+            return {"python": agent.python}
+        if agent.model is not None:
+            from launcher.member.model.settings import ModelSettings
+
+            return {"model": ModelSettings.of(
+                agent.model, manifest.inference, content=manifest.trace.content,
+                network_allow=manifest.capabilities.network.allow,
+                capsule=options.capsule, version=options.version).wire()}
+        return {"command": list(agent.command or ())}
+
+    def _count_record(self, event: str, fields: dict[str, Any]) -> None:
+        """A model member's records counted in the door's metrics (docs/metrics.md)."""
+        metrics = self.session.metrics
+        if metrics is None:
+            return
+        member = self.session.place.member or self.session.options.capsule
+        if event == "model_call":
+            metrics.model_call(member, str(fields.get("model", "")),
+                               _count(fields.get("input_tokens")),
+                               _count(fields.get("output_tokens")))
+        elif event == "tool_call":
+            metrics.tool_run(member, str(fields.get("tool", "")),
+                             str(fields.get("outcome", "")))
 
     async def _start_gateway(self, records: SessionRecords) -> Door | None:
         """Start (or reach) the upstream, wait for its card, and build the relay door;
@@ -451,3 +483,7 @@ def _ready_seconds(deadline: datetime | None, budget: float) -> float:
         return budget
     left = (deadline - datetime.now(deadline.tzinfo)).total_seconds()
     return max(0.0, min(budget, left))
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0

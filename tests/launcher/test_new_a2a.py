@@ -250,11 +250,17 @@ def test_an_a2a_template_beside_roster_is_refused_naming_both_flags(
     assert not demo.exists()
 
 
-def test_the_llm_template_needs_roster(tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, err = mur(capsys, "new", "--template", "llm", str(tmp_path / "one"))
-    assert status == 2 and out == "" and "--roster" in err
-    assert not (tmp_path / "one").exists()
+@pytest.mark.parametrize("template", ["model", "llm"])
+def test_the_model_template_writes_a_model_capsule_with_no_code(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], template: str) -> None:
+    status, out, err = mur(capsys, "new", "--template", template, str(tmp_path / "one"))
+    assert status == 0, err
+    assert "MURMUR.md, its instructions" in out
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["MURMUR.md", "murmur.yaml"]
+    from launcher.admission.manifest import load_manifest
+
+    manifest = load_manifest(tmp_path / "one")
+    assert manifest.agent.kind == "model" and manifest.inference.transport == "http"
 
 
 # --- the template behind a door, run as `mur new` says -----------------------------------

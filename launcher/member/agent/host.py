@@ -29,7 +29,7 @@ import signal
 import socket
 import sys
 import traceback
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -164,6 +164,8 @@ class AgentHost:
         self._python = False
         self._environment: Any = None
         self._calls: RemoteCalls | None = None
+        #: What ends with the process (a model member's tool servers).
+        self._closers: list[Callable[[], Awaitable[None]]] = []
 
     async def run(self) -> int:
         reader, writer = await asyncio.open_connection(sock=self._sock, limit=LINE_LIMIT)
@@ -226,15 +228,44 @@ class AgentHost:
             instructions=str(env.get("instructions", "")))
         agent = message.get("agent", {})
         capsule_dir = Path(message["capsule_dir"])
-        if "python" in agent:
+        if "python" in agent or "model" in agent:
             self._python = True
-            self._agent = load_python_agent(capsule_dir, agent["python"])
             self._calls = RemoteCalls(self, tuple(message.get("peers", ())),
                                       message.get("proxy_url"),
                                       spawn=tuple(message.get("spawn", ())))
+            self._agent = (load_python_agent(capsule_dir, agent["python"])
+                           if "python" in agent
+                           else self._model_driver(agent["model"], capsule_dir))
         else:
             self._agent = command_agent(agent["command"], capsule_dir, self._environment)
         return confined
+
+    def _model_driver(self, settings: dict[str, Any], capsule_dir: Path
+                      ) -> Callable[..., Any]:
+        """A model member's driver (launcher/member/model/), in place of capsule code; its
+        tools run in this process's sandbox, in the capsule's directory (as a ``command``
+        agent does), without the endpoint's key."""
+        from launcher.member.model.driver import ModelDriver
+        from launcher.member.model.mcp_tools import McpTools
+        from launcher.member.model.settings import ModelSettings
+        from launcher.member.model.tools import RUNTIME_TOOL_NAMES, CommandTools
+
+        model = ModelSettings.from_wire(settings)
+        tool_environ = {name: value for name, value in os.environ.items()
+                        if name != model.api_key_env}
+        assert self._calls is not None
+        commands = CommandTools(model.commands, cwd=str(capsule_dir), environ=tool_environ)
+        servers = McpTools(model.mcp, cwd=str(capsule_dir), environ=tool_environ,
+                           member=self._environment.member or model.capsule,
+                           taken=RUNTIME_TOOL_NAMES | commands.names())
+        driver = ModelDriver(
+            model, self._environment, record=self._record, callees=self._calls.peers,
+            capsules=self._calls.spawn, sources=[commands, servers])
+        self._closers.append(driver.aclose)
+        return driver
+
+    async def _record(self, task_id: str, event: str, fields: dict[str, Any]) -> None:
+        await self.ask(task_id, "trace", event=event, fields=fields)
 
     # --- serving -----------------------------------------------------------------------
 
@@ -294,7 +325,8 @@ class AgentHost:
                 "traceback": "".join(traceback.format_exception(exc))[-20000:]})
             return
         send(self._writer, {"op": RETURNED, "task_id": task_id,
-                            "result": None if result is None else str(result)})
+                            "result": None if result is None else str(result),
+                            "turns": getattr(context, "turns_used", None)})
 
     async def _end(self) -> None:
         turns = [held.turn for held in self._tasks.values()
@@ -308,6 +340,9 @@ class AgentHost:
                 future.cancel()
         if self._calls is not None:
             await self._calls.aclose()
+        for close in self._closers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(close(), END_SECONDS)
 
     # --- asking the runtime -------------------------------------------------------------
 

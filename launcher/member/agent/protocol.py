@@ -9,11 +9,13 @@ Framing: one JSON object per line (UTF-8, ``\\n``-terminated, at most
    ``started`` (``v``, what was confined) or ``start_failed`` (``error``);
 2. per task, runtime ``run`` (the task), then ``turn`` for each further turn, ``cancel``
    to cancel it and ``forget`` once it ended; the agent process answers each turn with
-   ``returned`` (``result``), ``raised`` (``type``, ``message``, ``traceback``) or
-   ``cancelled``;
+   ``returned`` (``result``, and ``turns``: the turns the task has used, for a model
+   member its requests, when the agent counts them itself), ``raised`` (``type``,
+   ``message``, ``traceback``) or ``cancelled``;
 3. meanwhile the agent process asks ``call`` (``id``, ``task_id``, ``method``, ``args``:
    ``status``, ``artifact``, ``input_required``, ``reject``, ``reply``, ``call_member``,
-   ``await_call``, ``answers``) and the runtime answers ``answer`` (``id`` with ``value``
+   ``await_call``, ``answers``, ``delegate``, ``trace``: a model member's
+   ``model_call`` or ``tool_call`` record) and the runtime answers ``answer`` (``id`` with ``value``
    or ``error``: ``type``, ``message`` and, for a ``CallFailed``, ``member``, ``state``,
    ``detail``).
 
@@ -51,7 +53,10 @@ CALL: Final = "call"
 
 #: What the agent process may ask of its runtime, for one of its tasks.
 METHODS: Final = frozenset({"status", "artifact", "input_required", "reject", "reply",
-                            "call_member", "await_call", "answers", "delegate"})
+                            "call_member", "await_call", "answers", "delegate",
+                            "trace"})
+#: The trace records the agent process may ask its runtime to write (a model member's).
+TRACE_EVENTS: Final = frozenset({"model_call", "tool_call"})
 
 
 class ProtocolError(LauncherError):

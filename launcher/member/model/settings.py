@@ -1,0 +1,71 @@
+"""What a model member's driver is told at start (the agent protocol's ``start``).
+
+The runtime builds :class:`ModelSettings` from the manifest (``agent.model`` and
+``inference``) and sends :meth:`ModelSettings.wire`; the agent process reads it back
+with :meth:`ModelSettings.from_wire`. Nothing here is a secret: the key stays in the
+agent process's environment, under the variable ``api_key_env`` names, until the driver
+reads it for a request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["CommandToolSpec", "ModelSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandToolSpec:
+    name: str
+    argv: tuple[str, ...]
+    description: str = ""
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    base_url: str                       # as written: a URL, or ``${VAR}``
+    model: str
+    api_key_env: str | None = None
+    max_turns: int = 8
+    max_tokens: int | None = None
+    temperature: float | None = None
+    budget_tokens: int | None = None
+    #: ``trace.content``: prompts and answers in the trace.
+    content: bool = False
+    #: ``capabilities.network.allow``: checked before the first request (the forward
+    #: proxy enforces it anyway).
+    network_allow: tuple[str, ...] = ()
+    commands: tuple[CommandToolSpec, ...] = ()
+    mcp: tuple[tuple[str, ...], ...] = ()
+    #: The capsule's name and version, for the ``[Capsule]`` block.
+    capsule: str = ""
+    version: str = ""
+
+    @classmethod
+    def of(cls, model: Any, inference: Any, *, content: bool, network_allow: list[str],
+           capsule: str, version: str) -> ModelSettings:
+        """From a manifest's ``agent.model`` and ``inference``."""
+        commands = tuple(CommandToolSpec(tool.command.name, tuple(tool.command.argv),
+                                         tool.command.description, float(tool.command.timeout))
+                         for tool in model.tools if tool.command is not None)
+        servers = tuple(tuple(tool.mcp) for tool in model.tools if tool.mcp is not None)
+        return cls(base_url=inference.base_url, model=inference.model,
+                   api_key_env=inference.api_key_env, max_turns=inference.max_turns,
+                   max_tokens=inference.max_tokens, temperature=inference.temperature,
+                   budget_tokens=inference.budget.tokens, content=content,
+                   network_allow=tuple(network_allow), commands=commands, mcp=servers,
+                   capsule=capsule, version=version)
+
+    def wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ModelSettings:
+        fields = dict(data)
+        fields["network_allow"] = tuple(fields.get("network_allow", ()))
+        fields["commands"] = tuple(CommandToolSpec(**{**tool, "argv": tuple(tool["argv"])})
+                                   for tool in fields.get("commands", ()))
+        fields["mcp"] = tuple(tuple(server) for server in fields.get("mcp", ()))
+        return cls(**fields)
