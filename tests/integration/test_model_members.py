@@ -255,6 +255,39 @@ def test_a_streaming_client_sees_the_model_text_as_artifact_chunks(
             ' 5.0') in metrics
 
 
+def test_a_model_delegates_to_a_child_capsule_and_reads_its_fenced_answer(
+        tmp_path: Path, murmur_home: Path) -> None:
+    from tests.support.member import install_capsule, member_env, start_member
+    from tests.support.model_members import write_model_capsule
+
+    def script(body: dict[str, Any], seen: SeenRequest) -> Reply:
+        last = body["messages"][-1]
+        if "capsule: local/helper" in seen.system:
+            return text("helped with " + body["messages"][1]["content"])
+        if last["role"] == "user" and last["content"].startswith("```child:helper"):
+            return text("boss: " + last["content"].split("\n")[1])
+        if last["role"] == "tool":
+            return text("")
+        return tools(("delegate", {"capsule": "local/helper", "task": "the chores"}))
+
+    with FakeOpenAI(script) as fake:
+        project = tmp_path / "project"
+        project.mkdir()
+        for name, spawn in (("helper", ""), ("boss", "{allow: [local/helper]}")):
+            install_capsule(project, write_model_capsule(
+                tmp_path / "src", name, fake.base_url, authenticated=False, spawn=spawn))
+        process = start_member(project, "local/boss", "--task", "go",
+                               env=member_env(murmur_home, **{KEY_ENV: FAKE_KEY}))
+        out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err.decode()
+    assert out.decode().strip() == "boss: helped with the chores"
+    [boss_first, *_] = [seen for seen in fake.requests if "capsule: local/boss" in seen.system]
+    assert "may delegate to (with the delegate tool): local/helper" in boss_first.system
+    offered = [tool["function"] for tool in boss_first.body["tools"]]
+    assert [tool["name"] for tool in offered] == ["delegate"]
+    assert offered[0]["parameters"]["properties"]["capsule"]["enum"] == ["local/helper"]
+
+
 def _solo(tmp_path: Path, base_url: str, **options: Any) -> Path:
     return model_project(tmp_path, base_url, {"solo": options}, entry="solo", reachability={})
 

@@ -21,7 +21,7 @@ def write_model_capsule(root: Path, name: str, base_url: str, *, accept_peers: b
                         instructions: str | None = None, files: Mapping[str, str] = {},
                         api_key_env: str | None = KEY_ENV, allow: Sequence[str] = (
                             "localhost", "127.0.0.1"), extra: str = "",
-                        env_allow: Sequence[str] | None = None) -> Path:
+                        env_allow: Sequence[str] | None = None, spawn: str = "") -> Path:
     source = root / name
     source.mkdir(parents=True, exist_ok=True)
     for relative, body in files.items():
@@ -48,6 +48,8 @@ def write_model_capsule(root: Path, name: str, base_url: str, *, accept_peers: b
         else []
     lines += ["capabilities:", f"  network: {{allow: {json.dumps(list(allow))}}}",
               f"  env: {{allow: {json.dumps(granted)}}}"]
+    if spawn:
+        lines.append(f"  spawn: {spawn}")
     if content:
         lines += ["trace:", "  content: true"]
     (source / "murmur.yaml").write_text("\n".join(lines) + "\n" + extra)
