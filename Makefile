@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean js-agents image test-containers loadtest
+.PHONY: demo test lint typecheck pytest bench soak clean js-agents litellm image test-containers loadtest
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict gateway launcher
 
-pytest: $(STAMP) js-agents
+pytest: $(STAMP) js-agents litellm
 	$(BIN)/pytest -q
 
 # The Node test agent's packages (tests/agents/js), reinstalled when package-lock.json is
@@ -44,6 +44,25 @@ $(JS_STAMP): $(JS_AGENTS)/package-lock.json
 	@if npm ci --no-audit --no-fund --prefix $(JS_AGENTS) > $(JS_AGENTS)/npm.log 2>&1; \
 	then touch $(JS_STAMP); else tail -5 $(JS_AGENTS)/npm.log; \
 	echo "npm ci failed: the @a2a-js/sdk test agent is not installed (its tests skip)"; fi
+
+# LiteLLM's proxy, a real OpenAI-compatible server from PyPI that serves mock answers
+# offline, for tests/integration/test_model_litellm.py. In a venv of its own: it pins
+# versions of its own (about 750 MB, a minute to install, once). Reinstalled when the pin
+# changes. Where the install fails its tests skip, saying so; that is not a failure.
+LITELLM_VENV := .venv-litellm
+LITELLM_PIN := tests/support/litellm-requirements.txt
+LITELLM_STAMP := $(LITELLM_VENV)/.installed
+
+litellm:
+	@$(MAKE) --no-print-directory $(LITELLM_STAMP) || \
+	echo "litellm could not be installed: tests/integration/test_model_litellm.py skips"
+
+$(LITELLM_STAMP): $(LITELLM_PIN)
+	@echo "installing LiteLLM's proxy into $(LITELLM_VENV) for the model member tests (log: $(LITELLM_VENV)/install.log)"
+	@$(PYTHON) -m venv $(LITELLM_VENV)
+	@$(LITELLM_VENV)/bin/pip install -r $(LITELLM_PIN) > $(LITELLM_VENV)/install.log 2>&1 \
+	|| (tail -5 $(LITELLM_VENV)/install.log; exit 1)
+	@touch $(LITELLM_STAMP)
 
 # The loadtest extra (locust, matplotlib), installed into .venv once.
 LOADTEST_STAMP := $(VENV)/.loadtest-installed
@@ -77,7 +96,7 @@ soak: $(STAMP)
 	$(BIN)/python loadtests/soak_formation.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # The container image (docker/Dockerfile): a wheelhouse made here first, so the build
 # needs no network. BASE_IMAGE: any image with a Python 3.11 that makes venvs; where it

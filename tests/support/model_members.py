@@ -21,7 +21,8 @@ def write_model_capsule(root: Path, name: str, base_url: str, *, accept_peers: b
                         instructions: str | None = None, files: Mapping[str, str] = {},
                         api_key_env: str | None = KEY_ENV, allow: Sequence[str] = (
                             "localhost", "127.0.0.1"), extra: str = "",
-                        env_allow: Sequence[str] | None = None, spawn: str = "") -> Path:
+                        env_allow: Sequence[str] | None = None, spawn: str = "",
+                        model: str = "fake-model") -> Path:
     source = root / name
     source.mkdir(parents=True, exist_ok=True)
     for relative, body in files.items():
@@ -31,7 +32,7 @@ def write_model_capsule(root: Path, name: str, base_url: str, *, accept_peers: b
     if instructions is not None:
         (source / "MURMUR.md").write_text(instructions)
     inference = ["  transport: http", f"  base_url: {json.dumps(base_url)}",
-                 "  model: fake-model", f"  max_turns: {max_turns}"]
+                 f"  model: {model}", f"  max_turns: {max_turns}"]
     if api_key_env is not None:
         inference.append(f"  api_key_env: {api_key_env}")
     if budget is not None:
