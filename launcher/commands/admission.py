@@ -74,16 +74,21 @@ def _doctor(args: argparse.Namespace) -> int:
         else:
             emit(refusal.diagnostic, sys.stderr)
         return 1
+    from launcher.admission.model_report import model_line, model_rows, model_warnings
     from launcher.admission.sources import source_warnings
 
     admitted.warnings.extend(source_warnings(admitted))
+    admitted.warnings.extend(model_warnings(admitted, os.environ))
     report = host_report(os.environ)
+    models = model_rows(admitted, os.environ)
     if args.json:
-        print(json.dumps({**admitted.to_json(), "isolation": report}))
+        print(json.dumps({**admitted.to_json(), "models": models, "isolation": report}))
         return 0
     for warning in admitted.warnings:
         emit(warning, sys.stderr)
     print(summary(admitted))
+    for row in models:
+        print(model_line(row))
     print(report_line(report))
     return 0
 

@@ -177,6 +177,20 @@ ROSTER_CODES: tuple[CodeEntry, ...] = (
         "exact. The roster is still admitted, with what is installed.",
         "murmur-door",
     ),
+    CodeEntry(
+        "W-ROS-004", "warning",
+        "A model member reads a variable that is not set where `mur` runs",
+        "{file}: {field}: model member `{member}` reads {what} from `{variable}` "
+        "({manifest_field}), which is not set in this environment: its first model call "
+        "will fail with {fails_with}",
+        "set `{variable}` where you run `mur` (`export {variable}=...`), {alternative}",
+        "Given by `mur doctor` and at launch for each model member (`agent.model`) whose "
+        "`inference.api_key_env`, or a `${VAR}` with no default in `inference.base_url` or "
+        "`inference.model`, names a variable that is unset or empty in the environment `mur` "
+        "runs in, where the members take their variables from. The roster is still admitted; "
+        "the member starts, and its first task fails with the code named.",
+        "murmur-door",
+    ),
 )
 
 #: ``REG``: stores, artifacts, murmur.lock.

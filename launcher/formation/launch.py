@@ -38,6 +38,7 @@ from typing import Any
 
 from gateway.auth.tokens import FormationKey
 from gateway.redaction import redact
+from launcher.admission.model_report import model_warnings
 from launcher.admission.roster import AdmittedRoster, admit
 from launcher.admission.sources import rebuild, source_warnings
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
@@ -177,6 +178,7 @@ def main(args: argparse.Namespace) -> int:
         report(refusal.diagnostic)
         return 1
     for warning in [*admitted.warnings, *source_warnings(admitted),
+                    *model_warnings(admitted, os.environ),
                     *host_diagnostics(os.environ), *isolation_warnings,
                     *reach_warnings(admitted)]:
         report(warning)

@@ -336,3 +336,35 @@ def test_explain_with_no_code_lists_every_code(capsys: pytest.CaptureFixture[str
     status, out, _ = mur(capsys, "explain")
     assert status == 0
     assert [line.split()[0] for line in out.splitlines()] == [entry.code for entry in TABLE]
+
+
+# --- model members in doctor --------------------------------------------------------------
+
+def test_doctor_prints_each_model_members_endpoint_and_warns_of_an_unset_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = tmp_path / "demo"
+    mur(capsys, "new", "--roster", str(demo), "--template", "model")
+    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")
+    status, out, err = mur(capsys, "doctor", "--project", str(demo))
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[1].startswith("model planner: gpt-4o-mini at http://localhost:11434/v1; "
+                               "key OPENAI_API_KEY NOT SET; max_turns "), out
+    assert lines[2].startswith("model worker: "), out
+    assert err.count("warning W-ROS-004") == 2, err
+    assert "`OPENAI_API_KEY`" in err and "E-RUN-057" in err
+    # Set, the key is reported as set (never printed) and the warnings go.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-a-key-doctor-never-prints")
+    status, out, err = mur(capsys, "doctor", "--project", str(demo), "--json")
+    assert (status, err) == (0, "")
+    report = json.loads(out)
+    assert report["warnings"] == []
+    assert [(row["member"], row["api_key_env"], row["api_key_set"], row["base_url"])
+            for row in report["models"]] == [
+        ("planner", "OPENAI_API_KEY", True, "http://localhost:11434/v1"),
+        ("worker", "OPENAI_API_KEY", True, "http://localhost:11434/v1")]
+    assert "sk-a-key-doctor-never-prints" not in out
+
