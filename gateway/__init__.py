@@ -24,6 +24,8 @@ _EXPORTS: dict[str, str] = {
     "JwtIssuer": "gateway.auth.credentials",
     "OperatorToken": "gateway.auth.credentials",
     "AuthPolicy": "gateway.auth.door_auth",
+    "DoorBounds": "gateway.auth.edge_limits",
+    "EdgeLimits": "gateway.auth.edge_limits",
     "FormationKey": "gateway.auth.tokens",
     "FormationVerifier": "gateway.auth.tokens",
     "InvalidToken": "gateway.auth.tokens",
@@ -111,6 +113,7 @@ __all__ = [
     "CardInfo",
     "CredentialError",
     "DeclaredBearer",
+    "DoorBounds",
     "Door",
     "DoorDirectory",
     "DoorMetrics",
@@ -177,6 +180,7 @@ __all__ = [
     "traceparent",
     "upstream_interface",
     "virtual_address",
+    "EdgeLimits",
 ]
 
 
@@ -198,6 +202,7 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
     from gateway.a2a.models import Part
     from gateway.auth.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
     from gateway.auth.door_auth import AuthPolicy
+    from gateway.auth.edge_limits import DoorBounds, EdgeLimits
     from gateway.auth.tokens import (
         FormationKey,
         FormationVerifier,

@@ -92,6 +92,9 @@ class DoorMetrics:
         #: tool runs by (member, tool, outcome).
         self.model_tokens: dict[tuple[str, str, str], int] = {}
         self.tool_runs: dict[tuple[str, str, str], int] = {}
+        #: Calls a bound refused or slowed (gateway.auth.edge_limits, the member's own
+        #: calls limit), by (caller, limit, error).
+        self.bounds: dict[tuple[str, str, str], int] = {}
         #: The tasks the door holds, by state; the door sets it to its tasks' counts.
         self.task_states: TaskStates = dict
 
@@ -115,6 +118,13 @@ class DoorMetrics:
 
     def refusal(self, error: str) -> None:
         self.refusals[error] = self.refusals.get(error, 0) + 1
+
+    def bound_refusal(self, error: str, caller: str, limit: str, value: int) -> None:
+        """A call a bound refused (``depth_exceeded``, ``limit_reached``) or slowed
+        (``rate_limited``): counted by limit, and with the door's refusals."""
+        key = (caller, limit, error)
+        self.bounds[key] = self.bounds.get(key, 0) + 1
+        self.refusal(error)
 
     def verification(self, result: str) -> None:
         self.verifications[result] += 1
@@ -225,6 +235,12 @@ class DoorMetrics:
         for labels, count in sorted(self.tool_runs.items()):
             runs.add_metric(list(labels), count)
         yield runs
+        bounds = CounterMetricFamily(
+            "murmur_bound_refusals", "Member calls a bound refused or slowed (roster "
+            "version 2), by caller, limit and error.", labels=["caller", "limit", "error"])
+        for labels, count in sorted(self.bounds.items()):
+            bounds.add_metric(list(labels), count)
+        yield bounds
 
 
 class _Collector:

@@ -69,6 +69,9 @@ EXTENSIONS_HEADER: Final = "a2a-extensions"
 RUNTIME_HEADER_PREFIX: Final = "x-murmur-"
 ORIGIN_HEADER: Final = "x-murmur-task-origin"
 TRUST_HEADER: Final = "x-murmur-task-trust"
+#: The depth of a member call (its calling task's depth plus one), stamped by the
+#: caller's runtime; an operator's or a client's task is depth 0 (docs/bounds.md).
+CALL_DEPTH_HEADER: Final = "x-murmur-call-depth"
 
 # --------------------------------------------------------------------------------------
 # The door's routes

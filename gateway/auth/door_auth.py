@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.auth.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
+from gateway.auth.edge_limits import DoorBounds
 from gateway.auth.hosts import HostCheck
 from gateway.auth.refusals import REFUSALS, Refusal, Refused, answer, loggable, refuse_websocket
 from gateway.auth.request_reading import (
@@ -109,6 +110,9 @@ class AuthPolicy:
     #: clients may send as ``Host`` there (each alone or with the port).
     public_port: int | None = None
     public_hosts: tuple[str, ...] = ()
+    #: Bounds along the edges into this door (roster version 2; EdgeGuard, behind
+    #: DoorAuth): ``None``, or bounds with nothing set, checks nothing more.
+    bounds: DoorBounds | None = None
 
     def __post_init__(self) -> None:
         if self.member is not None and (
@@ -362,7 +366,7 @@ class DoorAuth:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str,
                       reason: str = "", **fields: str) -> None:
-        status, headers, body = answer(code, **fields)
+        status, headers, body = answer(code, fields)
         self._metrics.refusal(code)
         if logger.isEnabledFor(logging.INFO):
             who = fields.get("credential") or fields.get("member")

@@ -11,6 +11,8 @@ log line.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +52,16 @@ REFUSALS: dict[str, Refusal] = {
     "peer_not_accepted": Refusal(
         403, "This member takes no peer tasks (its manifest does not set "
              "exports.peer_tasks.accept: true)."),
+    # Bounds along the edges (gateway.auth.edge_limits): after checks 1-8.
+    "depth_exceeded": Refusal(
+        403, "This call would be {depth} member calls deep; the formation allows {limit} "
+             "(limits.depth in roster.yaml)."),
+    "limit_reached": Refusal(
+        403, "Member {member} has made its {limit} calls along this edge (limits.calls in "
+             "roster.yaml)."),
+    "rate_limited": Refusal(
+        429, "Member {member} is at limits.{name} ({limit}) along this edge; offer the call "
+             "again after Retry-After."),
     "payload_too_large": Refusal(
         413, "The request body is larger than this door accepts ({limit} bytes)."),
     "misdirected_request": Refusal(
@@ -66,13 +78,17 @@ REFUSALS: dict[str, Refusal] = {
 }
 
 
-def answer(code: str, **fields: str) -> tuple[int, Headers, bytes]:
-    """Status, headers and body of the refusal ``code`` (fields fill its message)."""
+def answer(code: str, fields: Mapping[str, str] | None = None,
+           retry_after: float | None = None) -> tuple[int, Headers, bytes]:
+    """Status, headers and body of the refusal ``code`` (fields fill its message). With
+    ``retry_after`` (seconds): a ``Retry-After`` header and ``retryAfterMs`` in the body."""
     refusal = REFUSALS[code]
-    message = refusal.message.format(**fields) if fields else refusal.message
+    message = refusal.message.format_map(fields) if fields else refusal.message
     document: dict[str, Any]
     if refusal.rpc_code is None:
         document = {"error": code, "message": message}
+        if retry_after is not None:
+            document["retryAfterMs"] = math.ceil(retry_after * 1000)
     else:
         # JSON-RPC 2.0: the id of a request that could not be read is null.
         document = {"jsonrpc": "2.0", "id": None,
@@ -83,6 +99,8 @@ def answer(code: str, **fields: str) -> tuple[int, Headers, bytes]:
                (b"cache-control", b"no-store")]
     if refusal.www_authenticate is not None:
         headers.append((b"www-authenticate", refusal.www_authenticate.encode("ascii")))
+    if retry_after is not None:
+        headers.append((b"retry-after", str(math.ceil(retry_after)).encode("ascii")))
     return refusal.status, headers, body
 
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.caller import Caller
 from gateway.door.retention import json_weight
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.trace.bus import utc_timestamp
+
+if TYPE_CHECKING:
+    from gateway.auth.edge_limits import EdgeCall
 
 __all__ = ["StreamEvent", "TaskRecord", "agent_message", "message_text", "new_id"]
 
@@ -50,7 +53,7 @@ class TaskRecord:
     __slots__ = (
         "id", "context_id", "owner", "caller", "state", "status", "artifacts", "history",
         "metadata", "updated_ns", "subscribers", "waiters", "runner", "input_waiter",
-        "revealed", "reply", "first_message", "size",
+        "revealed", "reply", "first_message", "size", "depth", "edge",
     )
 
     def __init__(self, message: dict[str, Any], caller: Caller,
@@ -76,6 +79,10 @@ class TaskRecord:
         self.reply: dict[str, Any] | None = None
         #: Estimated bytes held (``json_weight``), grown as messages and artifacts arrive.
         self.size = _RECORD_WEIGHT + json_weight(self.first_message)
+        #: How many member calls deep the task is (0: an operator's or a client's), and
+        #: the bounded call that made it (gateway.auth.edge_limits), told when it ends.
+        self.depth = 0
+        self.edge: EdgeCall | None = None
         if metadata:
             self.size += json_weight(metadata)
 

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from gateway.a2a.jsonrpc import RpcError, member_busy
 from gateway.a2a.models import ListTasksRequest
+from gateway.auth.edge_limits import EDGE_CALL
 from gateway.caller import Caller
 from gateway.door.listing import page_of
 from gateway.door.retention import FinishedTasks, json_weight
@@ -212,6 +213,11 @@ class TaskStore(TaskListeners):
                 or (gate.task_acceptance == "single" and self._accepted >= 1)):
             raise member_busy(gate.retry_after_ms)
         record = TaskRecord(message, caller, metadata)
+        edge = EDGE_CALL.get()
+        if edge is not None:        # a member's call through the door's EdgeGuard
+            record.depth = edge.depth
+            record.edge = edge
+            edge.task_created()
         self._accepted += 1
         self._tasks[record.id] = record
         credential = caller.credential
@@ -220,7 +226,8 @@ class TaskStore(TaskListeners):
             self._trace.emit("a2a_task_received", task_id=record.id,
                              context_id=record.context_id, credential=credential.name,
                              origin=caller.origin, trust=caller.trust,
-                             formation_member=credential.member, trace_id=span.trace_id,
+                             formation_member=credential.member, depth=record.depth,
+                             trace_id=span.trace_id,
                              span_id=span.span_id, parent_span_id=span.parent_span_id)
         else:
             self._trace.emit("a2a_task_received", task_id=record.id,
@@ -401,6 +408,8 @@ class TaskStore(TaskListeners):
             record.waiters = keep
         if terminal:
             self._ended += 1
+            if record.edge is not None:
+                record.edge.task_ended()
             if self.gate.after_task == "exit":
                 self._accepting = False  # the session ends after this task: take no other
             for queue in record.subscribers:

@@ -7,8 +7,10 @@
 | 3     | Exactly one member has ``entry: true``                        | E-ROS-002 |
 | 4     | Every rule's ``from`` and ``to`` names a member               | E-ROS-004 |
 | 5     | No rule lists the entry member in ``to``                      | E-ROS-008 |
+| 5b    | Version 2: every limit at least 1, no edge bounded twice      | E-ROS-012 |
 | 6     | Each member installed and its manifest parses; lock agrees   | E-ROS-007, E-REG-005 |
 | 7     | Every member a rule calls serves peers                        | E-ROS-005 |
+| 7b    | Version 2: every bound can be met by the members it bounds    | E-ROS-012 |
 | 8     | With any edge, every member's door requires authentication    | E-ROS-006 |
 | 9     | ``agent.requires`` installed; each ``python`` agent compiles  | E-ROS-011, E-ROS-010 |
 
@@ -34,6 +36,7 @@ from typing import Any
 
 from launcher.admission.agent_check import missing_requirements, pip_install, python_agent_problem
 from launcher.admission.artifacts import artifact_name
+from launcher.admission.bounds import FormationBounds, formation_bounds
 from launcher.admission.lock import LockPin, read_lock, write_lock
 from launcher.admission.manifest import Manifest
 from launcher.admission.roster_structure import (
@@ -84,6 +87,8 @@ class AdmittedRoster:
     members: tuple[AdmittedMember, ...]
     edges: frozenset[tuple[str, str]]
     warnings: list[Diagnostic] = field(default_factory=list)
+    #: Version 2's bounds along the edges (empty for version 1; docs/bounds.md).
+    bounds: FormationBounds = field(default_factory=FormationBounds)
 
     @property
     def entry(self) -> AdmittedMember:
@@ -124,6 +129,7 @@ class AdmittedRoster:
                         for m in self.members],
             "edges": [{"from": caller, "to": callee} for caller, callee in self.ordered_edges()],
             "warnings": [warning.to_json() for warning in self.warnings],
+            "bounds": self.bounds.to_json(),
         }
 
 
@@ -276,9 +282,11 @@ def admit(project_dir: Path) -> AdmittedRoster:
     members = _bind_members(project, roster, honour_lock=True)
     _callees_serve_peers(roster, members)
     edges = _edges(roster, members)
+    bounds = formation_bounds(roster, members)
     _doors_authenticate(roster, members, edges)
     _agents_can_run(roster, members)
-    admitted = AdmittedRoster(project_dir=project, members=members, edges=edges)
+    admitted = AdmittedRoster(project_dir=project, members=members, edges=edges,
+                              bounds=bounds)
     admitted.warnings.extend(_capacity_warnings(admitted, roster.file))
     admitted.warnings.extend(_entry_warnings(roster, admitted))
     return admitted

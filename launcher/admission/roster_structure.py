@@ -12,7 +12,7 @@ its type, nothing else; ``E-ROS-001``), checks 2 to 5 (member names unique,
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,12 +27,22 @@ from launcher.admission.yaml_files import (
     suggest,
 )
 from launcher.diagnostics import DiagnosticError
+from launcher.durations import DURATION_FORMS, parse_duration
 from launcher.errors import LauncherError
 
 ROSTER_FILE = "roster.yaml"
 TOP_KEYS = ("roster_version", "members", "reachability")
 MEMBER_KEYS = ("name", "capsule", "version", "entry")
 RULE_KEYS = ("from", "to")
+#: What ``roster_version: 2`` adds (docs/bounds.md); version 1 refuses each of them.
+V2_TOP_KEYS = (*TOP_KEYS, "limits")
+V2_MEMBER_KEYS = (*MEMBER_KEYS, "limits")
+V2_RULE_KEYS = (*RULE_KEYS, "limits", "approve", "approve_timeout")
+DEPTH_KEYS = ("depth",)
+MEMBER_LIMIT_KEYS = ("calls", "tokens")
+EDGE_LIMIT_KEYS = ("calls", "concurrent", "per_minute")
+#: How long a call waits for the operator when its rule names no ``approve_timeout``.
+DEFAULT_APPROVE_TIMEOUT = 600
 
 Location = tuple[str | int, ...]
 
@@ -40,14 +50,24 @@ Location = tuple[str | int, ...]
 # --- The roster as written ---------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
+class Bound:
+    """One limit as written: its value, and the field it was written at."""
+
+    value: int
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
 class MemberSpec:
-    """A member as the roster writes it; ``index`` is its place in ``members``."""
+    """A member as the roster writes it; ``index`` is its place in ``members``.
+    ``limits`` (version 2): ``calls`` and ``tokens`` it may spend, formation-wide."""
 
     name: str
     capsule: str
     version: str
     entry: bool
     index: int
+    limits: Mapping[str, Bound] = field(default_factory=dict)
 
     def field(self, key: str | None = None) -> str:
         return f"members[{self.index}]" + (f".{key}" if key else "")
@@ -60,6 +80,13 @@ class Rule:
     caller: str
     callees: tuple[str, ...]
     index: int
+    #: Version 2: each edge's ``calls``, ``concurrent``, ``per_minute``; approval.
+    limits: Mapping[str, Bound] = field(default_factory=dict)
+    approve: bool = False
+    approve_timeout: int | None = None
+
+    def field(self, key: str | None = None) -> str:
+        return f"reachability[{self.index}]" + (f".{key}" if key else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +96,9 @@ class RosterStructure:
     members: tuple[MemberSpec, ...]
     reachability: Literal["all"] | tuple[Rule, ...]
     file: str = ROSTER_FILE
+    version: int = 1
+    #: Version 2's ``limits.depth``.
+    depth: Bound | None = None
 
     @property
     def entry(self) -> MemberSpec:
@@ -124,9 +154,38 @@ def _text(values: Mapping[str, Any], key: str, location: Location, fix: str) -> 
     return value
 
 
-def _member(value: Any, index: int) -> MemberSpec:
+def _keys(version: int, v1: tuple[str, ...], v2: tuple[str, ...], value: Any,
+          location: Location) -> tuple[str, ...]:
+    """The keys a mapping may hold at ``version``; a version 2 key in a version 1 roster
+    is refused naming the version it needs."""
+    if version == 1 and isinstance(value, dict):
+        for key in value:
+            if key in v2 and key not in v1:
+                raise _ShapeFault((*location, key), f"`{dotted((*location, key))}` needs "
+                                  "`roster_version: 2`",
+                                  "write `roster_version: 2` at the top of roster.yaml "
+                                  "(docs/bounds.md), or remove the key")
+    return v1 if version == 1 else v2
+
+
+def _limits(value: Any, location: Location, keys: tuple[str, ...],
+            example: str) -> dict[str, Bound]:
+    """A ``limits`` mapping: each key a whole number (a value below 1 is check 5b's)."""
+    fields = _mapping(value, location, keys, "limits", f"write limits such as `{example}`")
+    bounds = {}
+    for key, number in fields.items():
+        at = (*location, key)
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise _ShapeFault(at, f"`{dotted(at)}` must be a whole number, not "
+                              f"{describe_value(number)}", f"write it as `{key}: 10`")
+        bounds[key] = Bound(number, dotted(at))
+    return bounds
+
+
+def _member(value: Any, index: int, roster_version: int = 1) -> MemberSpec:
     location: Location = ("members", index)
-    fields = _mapping(value, location, MEMBER_KEYS, "a member",
+    keys = _keys(roster_version, MEMBER_KEYS, V2_MEMBER_KEYS, value, location)
+    fields = _mapping(value, location, keys, "a member",
                       "write each member as a mapping with `name`, `capsule` and `version`")
     name = _text(fields, "name", location, "give the member a name, such as `coder`")
     problem = name_problem(name)
@@ -149,7 +208,10 @@ def _member(value: Any, index: int) -> MemberSpec:
         raise _ShapeFault((*location, "entry"), f"`{dotted((*location, 'entry'))}` must be "
                           f"`true` or `false`, not {describe_value(entry)}",
                           "write `entry: true` on the entry member and leave it out elsewhere")
-    return MemberSpec(name=name, capsule=capsule, version=version, entry=entry, index=index)
+    limits = _limits(fields["limits"], (*location, "limits"), MEMBER_LIMIT_KEYS,
+                     "{calls: 200, tokens: 2000000}") if "limits" in fields else {}
+    return MemberSpec(name=name, capsule=capsule, version=version, entry=entry, index=index,
+                      limits=limits)
 
 
 def _check_capsule(capsule: str, location: Location) -> None:
@@ -164,9 +226,10 @@ def _check_capsule(capsule: str, location: Location) -> None:
                       "write `<scope>/<name>`, such as `local/coder`")
 
 
-def _rule(value: Any, index: int) -> Rule:
+def _rule(value: Any, index: int, version: int = 1) -> Rule:
     location: Location = ("reachability", index)
-    fields = _mapping(value, location, RULE_KEYS, "a rule",
+    keys = _keys(version, RULE_KEYS, V2_RULE_KEYS, value, location)
+    fields = _mapping(value, location, keys, "a rule",
                       "write each rule as `{from: <member>, to: [<member>, ...]}`")
     caller = _text(fields, "from", location, "name the calling member in `from`")
     where = dotted((*location, "to"))
@@ -190,7 +253,32 @@ def _rule(value: Any, index: int) -> Rule:
         if callee == caller:
             raise _ShapeFault(at, f"`{dotted(at)}` is `{callee}`, the rule's own `from`",
                               "a member never calls itself: remove it from `to`")
-    return Rule(caller=caller, callees=tuple(callees), index=index)
+    limits = _limits(fields["limits"], (*location, "limits"), EDGE_LIMIT_KEYS,
+                     "{calls: 50, concurrent: 2, per_minute: 20}") if "limits" in fields else {}
+    approve, timeout = _approval(fields, location)
+    return Rule(caller=caller, callees=tuple(callees), index=index, limits=limits,
+                approve=approve, approve_timeout=timeout)
+
+
+def _approval(fields: Mapping[str, Any], location: Location) -> tuple[bool, int | None]:
+    """A rule's ``approve`` and ``approve_timeout`` (seconds; the default when approved
+    and not written)."""
+    approve = fields.get("approve", False)
+    if not isinstance(approve, bool):
+        raise _ShapeFault((*location, "approve"), f"`{dotted((*location, 'approve'))}` must "
+                          f"be `true` or `false`, not {describe_value(approve)}",
+                          "write `approve: true` to have the operator approve each call")
+    if "approve_timeout" not in fields:
+        return approve, DEFAULT_APPROVE_TIMEOUT if approve else None
+    at = (*location, "approve_timeout")
+    if not approve:
+        raise _ShapeFault(at, f"`{dotted(at)}` is set but `approve` is not `true`",
+                          "add `approve: true` to the rule, or remove `approve_timeout`")
+    try:
+        return True, parse_duration(fields["approve_timeout"])
+    except ValueError as problem:
+        raise _ShapeFault(at, f"`{dotted(at)}` {problem}",
+                          f"write a duration such as `10m` ({DURATION_FORMS})") from None
 
 
 def _shape(document: Any) -> RosterStructure:
@@ -198,15 +286,21 @@ def _shape(document: Any) -> RosterStructure:
     if document is None:
         raise _ShapeFault((), "is empty", "write `roster_version: 1` and `members`; "
                           "`mur new --roster DIR` writes a roster that is admitted as written")
-    top = _mapping(document, (), TOP_KEYS, "a roster",
-                   "start with `roster_version: 1` and a list of `members`")
-    version = top.get("roster_version")
+    written = document.get("roster_version") if isinstance(document, dict) else None
+    version = written if type(written) is int and written in (1, 2) else 1
+    top = _mapping(document, (), _keys(version, TOP_KEYS, V2_TOP_KEYS, document, ()),
+                   "a roster", "start with `roster_version: 1` and a list of `members`")
     if "roster_version" not in top:
         raise _ShapeFault(("roster_version",), "`roster_version` is required",
                           "add `roster_version: 1`")
-    if type(version) is not int or version != 1:
-        raise _ShapeFault(("roster_version",), f"`roster_version` must be 1, not "
-                          f"{describe_value(version)}", "write `roster_version: 1`")
+    if written is not version:
+        raise _ShapeFault(("roster_version",), f"`roster_version` must be 1 or 2, not "
+                          f"{describe_value(written)}",
+                          "write `roster_version: 1` (the reference's roster), or 2 for "
+                          "bounds along the edges (docs/bounds.md)")
+    depth = None
+    if "limits" in top:
+        depth = _limits(top["limits"], ("limits",), DEPTH_KEYS, "{depth: 4}").get("depth")
     if "members" not in top:
         raise _ShapeFault(("members",), "`members` is required",
                           "list the formation's members, each with `name`, `capsule` and "
@@ -217,17 +311,18 @@ def _shape(document: Any) -> RosterStructure:
                           f"not {describe_value(members) if members != [] else 'an empty list'}",
                           "list the formation's members, each with `name`, `capsule` and "
                           "`version`")
-    specs = tuple(_member(value, index) for index, value in enumerate(members))
+    specs = tuple(_member(value, index, version) for index, value in enumerate(members))
     reachability = top.get("reachability", [])
     if reachability == "all":
-        return RosterStructure(members=specs, reachability="all")
+        return RosterStructure(members=specs, reachability="all", version=version,
+                               depth=depth)
     if not isinstance(reachability, list):
         raise _ShapeFault(("reachability",), f"`reachability` must be `all` or a list of "
                           f"rules, not {describe_value(reachability)}",
                           "write `reachability: all`, or rules such as "
                           "`- {from: planner, to: [coder]}`")
-    rules = tuple(_rule(value, index) for index, value in enumerate(reachability))
-    return RosterStructure(members=specs, reachability=rules)
+    rules = tuple(_rule(value, index, version) for index, value in enumerate(reachability))
+    return RosterStructure(members=specs, reachability=rules, version=version, depth=depth)
 
 
 # --- Checks 2-5 --------------------------------------------------------------------------
@@ -271,6 +366,38 @@ def _rules_name_members(roster: RosterStructure, file: str) -> None:
                 raise refuse(f"reachability[{rule.index}].to[{position}]", callee)
 
 
+def _bounds_can_be_met(roster: RosterStructure, file: str) -> None:
+    """Check 5b (version 2): every limit is at least 1, and no edge is bounded by two
+    rules."""
+    written = [roster.depth] if roster.depth is not None else []
+    for member in roster.members:
+        written += member.limits.values()
+    for rule in roster.rules:
+        written += rule.limits.values()
+    for bound in written:
+        if bound.value < 1:
+            raise DiagnosticError("E-ROS-012", bound.path, file=file, field=bound.path,
+                                  problem=f"is {bound.value}, a limit no call can meet",
+                                  fix="write a limit of at least 1, or remove the key to "
+                                      "leave it unbounded")
+    bounded: dict[tuple[str, str], Rule] = {}
+    for rule, position, callee in roster.rule_targets():
+        edge = (rule.caller, callee)
+        earlier = bounded.get(edge)
+        if earlier is not None and (_bounds_edge(rule) or _bounds_edge(earlier)):
+            path = f"{rule.field('to')}[{position}]"
+            raise DiagnosticError("E-ROS-012", path, file=file, field=path,
+                                  problem=f"lists the edge {rule.caller} -> {callee} that "
+                                          f"{earlier.field()} lists too, and one of them "
+                                          "bounds it",
+                                  fix="list each bounded edge in one rule only")
+        bounded.setdefault(edge, rule)
+
+
+def _bounds_edge(rule: Rule) -> bool:
+    return bool(rule.limits) or rule.approve
+
+
 def _entry_never_called(roster: RosterStructure, file: str) -> None:
     """Check 5."""
     entry = roster.entry.name
@@ -293,12 +420,12 @@ def check_structure(document: Any, file: str = ROSTER_FILE) -> RosterStructure:
     except _ShapeFault as fault:
         raise DiagnosticError("E-ROS-001", dotted(fault.location) or file, file=file,
                               problem=fault.problem, fix=fault.fix) from None
-    roster = RosterStructure(members=roster.members, reachability=roster.reachability,
-                             file=file)
+    roster = replace(roster, file=file)
     _unique_names(roster, file)
     _one_entry(roster, file)
     _rules_name_members(roster, file)
     _entry_never_called(roster, file)
+    _bounds_can_be_met(roster, file)
     return roster
 
 

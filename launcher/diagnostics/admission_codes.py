@@ -136,6 +136,20 @@ ROSTER_CODES: tuple[CodeEntry, ...] = (
         "murmur-door",
     ),
     CodeEntry(
+        "E-ROS-012", "error",
+        "A bound along the edges that no call can meet (roster version 2)",
+        "{file}: {field}: {problem}",
+        "{fix}",
+        "Checked in a version 2 roster (docs/bounds.md), after check 5 for what the roster "
+        "writes and after check 7 for what the members' manifests say: every limit "
+        "(`limits.depth`, a member's `limits.calls` and `limits.tokens`, an edge's "
+        "`limits.calls`, `concurrent` and `per_minute`) is at least 1; no edge is bounded "
+        "by two rules; `approve: true` is only on edges into members whose door can hold "
+        "a task for the operator (not a gateway member, whose tasks are its upstream's); "
+        "a member's `limits.tokens` is only on a model member.",
+        "murmur-door",
+    ),
+    CodeEntry(
         "W-ROS-001", "warning",
         "More members may call a member than it holds tasks at once",
         "{file}: {field}: {callers} members may call `{member}` ({names}), but it holds "

@@ -592,7 +592,8 @@ def test_every_refusal_is_in_one_table_with_its_status() -> None:
     assert {code: r.status for code, r in REFUSALS.items() if r.rpc_code is None} == {
         "unauthenticated": 401, "invalid_token": 401, "not_permitted": 403,
         "insufficient_scope": 403, "peer_not_accepted": 403, "payload_too_large": 413,
-        "misdirected_request": 421,
+        "misdirected_request": 421, "depth_exceeded": 403, "limit_reached": 403,
+        "rate_limited": 429,
     }
     assert {code: r.rpc_code for code, r in REFUSALS.items() if r.rpc_code is not None} == {
         "parse_error": -32700, "batch_refused": -32600, "invalid_request": -32600,

@@ -395,7 +395,7 @@ def test_a_version_written_with_no_value_is_missing(project: Path) -> None:
 
 @pytest.mark.parametrize("text, path", [
     ("", "roster.yaml"),
-    ("roster_version: 2\nmembers: []\n", "roster_version"),
+    ("roster_version: 3\nmembers: []\n", "roster_version"),
     ("roster_version: '1'\n", "roster_version"),
     ("roster_version: true\n", "roster_version"),
     ("roster_version: 1.0\n", "roster_version"),

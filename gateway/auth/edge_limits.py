@@ -1,0 +1,288 @@
+"""Bounds along the edges at a member's door (roster version 2, docs/bounds.md).
+
+A door whose formation bounds its calls puts :class:`EdgeGuard` behind DoorAuth: after
+checks 1-8 admitted a request, a task-starting call (``SendMessage``,
+``SendStreamingMessage``, on either binding) from a member, named by its formation
+token's ``from``, meets two more checks, in this order:
+
+9. ``403 depth_exceeded``: the call's depth (``x-murmur-call-depth``, stamped by the
+   caller's runtime, whose proxies strip the header from everything an agent sends) is
+   past the formation's ``limits.depth``;
+10. the edge's limits: ``403 limit_reached`` once the caller's tasks here reached
+   ``calls``; ``429 rate_limited`` with ``Retry-After`` while ``concurrent`` of its tasks
+   are live or ``per_minute`` calls were taken in the last minute.
+
+Every other request, and every call from the operator or a client (whose tasks are depth
+0), passes untouched. A call that passes is an :class:`EdgeCall`, left in
+:data:`EDGE_CALL` while the app handles it: the task store tells it when the task is
+made (:meth:`EdgeCall.task_created`) and when it ends (:meth:`EdgeCall.task_ended`), so
+``calls`` and ``concurrent`` count tasks, not requests (a follow-up message or a busy
+answer is no call). The store records the call's depth on the task.
+
+In order: the limits (:class:`EdgeLimits`, :class:`DoorBounds`, read from the channel's
+wire form), one edge's counts (:class:`EdgeCounts`), :class:`EdgeCall`, the guard.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from gateway.auth.refusals import answer
+from gateway.caller import CALLER_SCOPE_KEY, Caller
+from gateway.protocol import CALL_DEPTH_HEADER, MEMBER_NAME_RE
+from gateway.routes import ROUTE_SCOPE_KEY
+from gateway.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["EDGE_CALL", "DoorBounds", "EdgeCall", "EdgeGuard", "EdgeLimits", "call_depth_of"]
+
+#: The methods that start a task: the only ones bounded.
+_BOUNDED_METHODS: Final = frozenset({"SendMessage", "SendStreamingMessage"})
+_DEPTH_HEADER: Final = CALL_DEPTH_HEADER.encode("ascii")
+#: A depth past this is read as this (a header is never trusted to size anything).
+_MAX_DEPTH: Final = 10_000
+#: What a caller waits when its live tasks are at ``concurrent``: no one knows when one
+#: ends, so the call is offered again soon.
+_CONCURRENT_RETRY_SECONDS: Final = 1.0
+_WINDOW_SECONDS: Final = 60.0
+
+#: The call being handled, for the task store (``None``: not a bounded member call).
+EDGE_CALL: contextvars.ContextVar[EdgeCall | None] = contextvars.ContextVar(
+    "murmur_edge_call", default=None)
+
+
+# --- the limits ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class EdgeLimits:
+    """One incoming edge's bounds (``reachability[].limits``, ``approve``)."""
+
+    calls: int | None = None
+    concurrent: int | None = None
+    per_minute: int | None = None
+    approve: bool = False
+    #: Seconds a call waits for the operator before it is rejected.
+    approve_timeout: float | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return {key: value for key, value in (
+            ("calls", self.calls), ("concurrent", self.concurrent),
+            ("per_minute", self.per_minute), ("approve", self.approve or None),
+            ("approve_timeout", self.approve_timeout)) if value is not None}
+
+    @classmethod
+    def from_wire(cls, data: Any) -> EdgeLimits:
+        if not isinstance(data, Mapping) or set(data) - {
+                "calls", "concurrent", "per_minute", "approve", "approve_timeout"}:
+            raise ValueError("an edge's limits must be an object of calls, concurrent, "
+                             "per_minute, approve, approve_timeout")
+        counts = {key: _positive(data.get(key), key) for key in
+                  ("calls", "concurrent", "per_minute")}
+        approve = data.get("approve", False)
+        timeout = data.get("approve_timeout")
+        if not isinstance(approve, bool):
+            raise ValueError("approve must be true or false")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(
+                timeout, int | float) or not 0 < timeout < math.inf):
+            raise ValueError("approve_timeout must be a positive number of seconds")
+        return cls(**counts, approve=approve,
+                   approve_timeout=None if timeout is None else float(timeout))
+
+
+@dataclass(frozen=True, slots=True)
+class DoorBounds:
+    """What a door bounds: the formation's ``limits.depth`` and its incoming edges'
+    limits, by caller."""
+
+    depth: int | None = None
+    incoming: Mapping[str, EdgeLimits] = field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {}
+        if self.depth is not None:
+            wire["depth"] = self.depth
+        if self.incoming:
+            wire["incoming"] = {name: limits.wire() for name, limits in self.incoming.items()}
+        return wire
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> DoorBounds:
+        """The door's part of a channel's ``bounds``; ValueError names what is wrong."""
+        incoming = data.get("incoming", {})
+        if not isinstance(incoming, Mapping) or not all(
+                isinstance(name, str) and MEMBER_NAME_RE.fullmatch(name) for name in incoming):
+            raise ValueError("incoming must be an object of member names to limits")
+        return cls(depth=_positive(data.get("depth"), "depth"),
+                   incoming={name: EdgeLimits.from_wire(limits)
+                             for name, limits in incoming.items()})
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the door has anything to check."""
+        return self.depth is not None or bool(self.incoming)
+
+
+def _positive(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number of at least 1")
+    return value
+
+
+def call_depth_of(caller: Caller | None, headers: list[tuple[bytes, bytes]]) -> int:
+    """A call's depth: 0 for anyone but a member; for a member, the runtime's stamp (1
+    when it is missing or unreadable: a member's call is at least one deep)."""
+    if caller is None or caller.credential.kind != "member":
+        return 0
+    for name, value in headers:
+        if name == _DEPTH_HEADER:
+            return min(int(value), _MAX_DEPTH) if value.isdigit() and len(value) < 8 else 1
+    return 1
+
+
+# --- one edge's counts --------------------------------------------------------------------
+
+class EdgeCounts:
+    """What one caller did at this door: tasks made, tasks live, calls in flight (passed
+    the guard, no task yet), and the times of the last minute's calls."""
+
+    __slots__ = ("created", "live", "pending", "recent")
+
+    def __init__(self) -> None:
+        self.created = 0
+        self.live = 0
+        self.pending = 0
+        self.recent: deque[float] = deque()
+
+
+class EdgeCall:
+    """One call the guard let through: the store reports its task's start and end."""
+
+    __slots__ = ("_counts", "_made", "_ended", "caller", "depth", "limits")
+
+    def __init__(self, caller: str, depth: int, limits: EdgeLimits | None,
+                 counts: EdgeCounts) -> None:
+        self.caller = caller
+        self.depth = depth
+        self.limits = limits
+        self._counts = counts
+        self._made = False
+        self._ended = False
+
+    def task_created(self) -> None:
+        if self._made:
+            return
+        self._made = True
+        counts = self._counts
+        counts.pending -= 1
+        counts.created += 1
+        counts.live += 1
+
+    def task_ended(self) -> None:
+        if self._made and not self._ended:
+            self._ended = True
+            self._counts.live -= 1
+
+    def released(self) -> None:
+        """The request ended; a call that made no task gives its place back."""
+        if not self._made:
+            self._made = self._ended = True
+            self._counts.pending -= 1
+
+
+# --- the guard ----------------------------------------------------------------------------
+
+class EdgeGuard:
+    """Checks 9 and 10 (see the module text) in front of the door's A2A app."""
+
+    def __init__(self, app: ASGIApp, bounds: DoorBounds,
+                 on_refusal: Callable[[str, str, str, int], None] | None = None) -> None:
+        self.app = app
+        self.bounds = bounds
+        self._counts: dict[str, EdgeCounts] = {}
+        #: ``on_refusal(code, caller, limit, value)``: metrics and the trace.
+        self._on_refusal = on_refusal
+
+    def counts(self, caller: str) -> EdgeCounts:
+        counts = self._counts.get(caller)
+        if counts is None:
+            counts = self._counts[caller] = EdgeCounts()
+        return counts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = scope.get(ROUTE_SCOPE_KEY)
+        caller: Caller | None = scope.get(CALLER_SCOPE_KEY)
+        if (scope["type"] != "http" or route is None or route.method not in _BOUNDED_METHODS
+                or caller is None or caller.credential.kind != "member"):
+            await self.app(scope, receive, send)
+            return
+        member = caller.credential.member or caller.credential.name
+        depth = call_depth_of(caller, scope["headers"])
+        limits = self.bounds.incoming.get(member)
+        refusal = self._check(member, depth, limits)
+        if refusal is not None:
+            await _refuse(send, *refusal)
+            return
+        counts = self.counts(member)
+        counts.pending += 1
+        if limits is not None and limits.per_minute is not None:
+            counts.recent.append(time.monotonic())
+        call = EdgeCall(member, depth, limits, counts)
+        token = EDGE_CALL.set(call)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            EDGE_CALL.reset(token)
+            call.released()
+
+    def _check(self, member: str, depth: int, limits: EdgeLimits | None
+               ) -> tuple[str, dict[str, str], float | None] | None:
+        """None, or (refusal code, its fields, retry-after seconds)."""
+        ceiling = self.bounds.depth
+        if ceiling is not None and depth > ceiling:
+            self._refused("depth_exceeded", member, "depth", ceiling)
+            return "depth_exceeded", {"depth": str(depth), "limit": str(ceiling)}, None
+        if limits is None:
+            return None
+        counts = self._counts.get(member) or EdgeCounts()
+        if limits.calls is not None and counts.created >= limits.calls:
+            self._refused("limit_reached", member, "calls", limits.calls)
+            return "limit_reached", {"member": member, "limit": str(limits.calls)}, None
+        if limits.calls is not None and counts.created + counts.pending >= limits.calls:
+            # Calls in flight may still fail and give their place back: not yet final.
+            return self._slow(member, "calls", limits.calls, _CONCURRENT_RETRY_SECONDS)
+        if limits.concurrent is not None and counts.live + counts.pending >= limits.concurrent:
+            return self._slow(member, "concurrent", limits.concurrent,
+                              _CONCURRENT_RETRY_SECONDS)
+        if limits.per_minute is not None:
+            recent = counts.recent
+            now = time.monotonic()
+            while recent and now - recent[0] >= _WINDOW_SECONDS:
+                recent.popleft()
+            if len(recent) >= limits.per_minute:
+                return self._slow(member, "per_minute", limits.per_minute,
+                                  _WINDOW_SECONDS - (now - recent[0]))
+        return None
+
+    def _slow(self, member: str, limit: str, value: int, wait: float
+              ) -> tuple[str, dict[str, str], float | None]:
+        self._refused("rate_limited", member, limit, value)
+        return ("rate_limited", {"member": member, "name": limit, "limit": str(value)},
+                max(wait, 0.001))
+
+    def _refused(self, code: str, member: str, limit: str, value: int) -> None:
+        if self._on_refusal is not None:
+            self._on_refusal(code, member, limit, value)
+
+
+async def _refuse(send: Send, code: str, fields: dict[str, str],
+                  retry_after: float | None) -> None:
+    status, headers, body = answer(code, fields, retry_after)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
