@@ -25,6 +25,8 @@ _EXPORTS: dict[str, str] = {
     "OperatorToken": "gateway.auth.credentials",
     "AuthPolicy": "gateway.auth.door_auth",
     "DoorBounds": "gateway.auth.edge_limits",
+    "CallBounds": "gateway.proxy.call_bounds",
+    "DepthOf": "gateway.proxy.call_bounds",
     "EdgeLimits": "gateway.auth.edge_limits",
     "FormationKey": "gateway.auth.tokens",
     "FormationVerifier": "gateway.auth.tokens",
@@ -181,6 +183,8 @@ __all__ = [
     "upstream_interface",
     "virtual_address",
     "EdgeLimits",
+    "CallBounds",
+    "DepthOf",
 ]
 
 
@@ -230,6 +234,7 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
         state_word,
     )
     from gateway.proxy.aiohttp_transport import default_inner_transport
+    from gateway.proxy.call_bounds import CallBounds, DepthOf
     from gateway.proxy.call_failed import CallFailed
     from gateway.proxy.call_member import CallHandle, MemberCalls
     from gateway.proxy.egress import (

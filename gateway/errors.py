@@ -21,6 +21,8 @@ raises on purpose with one ``except``, and the tree (as httpx draws its own):
     ├── CallFailed .................. proxy.call_failed: a call to a member gave no answer
     ├── RpcErrorReply ............... proxy.member_rpc: a callee's JSON-RPC error, which
     │                                 call-member maps and never lets out
+    ├── RateLimited ................. proxy.member_rpc: a callee's 429 rate_limited,
+    │                                 which call-member waits out
     ├── StreamFailed ................ proxy.member_rpc: a call's stream cannot be used
     │                                 (the call falls back to polling)
     ├── ForwardAnswer ............... proxy.forward_request: an answer the forward proxy
@@ -30,6 +32,7 @@ raises on purpose with one ``except``, and the tree (as httpx draws its own):
         │                             so an httpx caller sees a transport failure)
         ├── FormationRefused ........ a virtual address this member may not use
         ├── EgressRefused ........... a real URL outside capabilities.network.allow
+        ├── CallLimitReached ........ the member made its limits.calls (roster v2)
         └── DoorUnavailable ......... a callee's door address did not arrive in time
 
 Each exception is defined in the module that raises it (the proxy's need httpx, which

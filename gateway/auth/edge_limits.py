@@ -10,7 +10,8 @@ token's ``from``, meets two more checks, in this order:
    past the formation's ``limits.depth``;
 10. the edge's limits: ``403 limit_reached`` once the caller's tasks here reached
    ``calls``; ``429 rate_limited`` with ``Retry-After`` while ``concurrent`` of its tasks
-   are live or ``per_minute`` calls were taken in the last minute.
+   are live, or sooner than ``60/per_minute`` seconds after its last call (``per_minute``
+   spaces calls evenly: no burst, so no minute ever holds more than ``per_minute + 1``).
 
 Every other request, and every call from the operator or a client (whose tasks are depth
 0), passes untouched. A call that passes is an :class:`EdgeCall`, left in
@@ -28,7 +29,6 @@ from __future__ import annotations
 import contextvars
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -49,7 +49,7 @@ _MAX_DEPTH: Final = 10_000
 #: What a caller waits when its live tasks are at ``concurrent``: no one knows when one
 #: ends, so the call is offered again soon.
 _CONCURRENT_RETRY_SECONDS: Final = 1.0
-_WINDOW_SECONDS: Final = 60.0
+_MINUTE: Final = 60.0
 
 #: The call being handled, for the task store (``None``: not a bounded member call).
 EDGE_CALL: contextvars.ContextVar[EdgeCall | None] = contextvars.ContextVar(
@@ -150,15 +150,15 @@ def call_depth_of(caller: Caller | None, headers: list[tuple[bytes, bytes]]) -> 
 
 class EdgeCounts:
     """What one caller did at this door: tasks made, tasks live, calls in flight (passed
-    the guard, no task yet), and the times of the last minute's calls."""
+    the guard, no task yet), and when ``per_minute`` admits its next call."""
 
-    __slots__ = ("created", "live", "pending", "recent")
+    __slots__ = ("created", "live", "next_at", "pending")
 
     def __init__(self) -> None:
         self.created = 0
         self.live = 0
         self.pending = 0
-        self.recent: deque[float] = deque()
+        self.next_at = 0.0
 
 
 class EdgeCall:
@@ -232,7 +232,8 @@ class EdgeGuard:
         counts = self.counts(member)
         counts.pending += 1
         if limits is not None and limits.per_minute is not None:
-            counts.recent.append(time.monotonic())
+            # Spaced, not bursted: the next call is admitted 60/per_minute s after this.
+            counts.next_at = time.monotonic() + _MINUTE / limits.per_minute
         call = EdgeCall(member, depth, limits, counts)
         token = EDGE_CALL.set(call)
         try:
@@ -261,13 +262,9 @@ class EdgeGuard:
             return self._slow(member, "concurrent", limits.concurrent,
                               _CONCURRENT_RETRY_SECONDS)
         if limits.per_minute is not None:
-            recent = counts.recent
-            now = time.monotonic()
-            while recent and now - recent[0] >= _WINDOW_SECONDS:
-                recent.popleft()
-            if len(recent) >= limits.per_minute:
-                return self._slow(member, "per_minute", limits.per_minute,
-                                  _WINDOW_SECONDS - (now - recent[0]))
+            wait = counts.next_at - time.monotonic()
+            if wait > 0:
+                return self._slow(member, "per_minute", limits.per_minute, wait)
         return None
 
     def _slow(self, member: str, limit: str, value: int, wait: float

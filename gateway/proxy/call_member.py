@@ -52,6 +52,7 @@ from gateway.proxy.member_rpc import (
     Backoff,
     JsonRpcSender,
     MemberRpc,
+    RateLimited,
     RpcErrorReply,
 )
 from gateway.proxy.member_rpc import StreamFailed as _StreamFailed
@@ -365,6 +366,8 @@ class MemberCalls(MemberRpc):
             if error.code == MEMBER_BUSY_CODE:
                 return _Busy(busy_retry_after(error.data))
             raise CallFailed(handle.member, ERROR, str(error)) from None
+        except RateLimited as limited:      # an edge's concurrent or per_minute: wait it out
+            return _Busy(limited.retry_after)
         except TimeoutError:
             raise CallFailed(handle.member, DEADLINE,
                              "the member did not take the task before the call's deadline"

@@ -44,7 +44,8 @@ from typing import Final, Protocol, Self
 import httpx
 
 from gateway.metrics import DoorMetrics, proxy_outcome
-from gateway.protocol import ORIGIN_HEADER, TRUST_HEADER
+from gateway.protocol import CALL_DEPTH_HEADER, ORIGIN_HEADER, TRUST_HEADER
+from gateway.proxy.call_bounds import CallBounds
 from gateway.proxy.door_addresses import DoorAddresses as DoorAddresses
 from gateway.proxy.door_addresses import SanitizedStream as _SanitizedStream
 from gateway.proxy.door_addresses import scrubbed_failure as _scrubbed_failure
@@ -63,6 +64,7 @@ from gateway.proxy.formation_client import FormationClient as FormationClient
 from gateway.proxy.formation_headers import forwarded_headers as _forwarded_headers
 from gateway.proxy.formation_headers import header_key as _header_key
 from gateway.proxy.formation_headers import without_runtime_headers as _without_runtime_headers
+from gateway.proxy.proxy_errors import CallLimitReached as CallLimitReached
 from gateway.proxy.proxy_errors import DoorUnavailable as DoorUnavailable
 from gateway.proxy.proxy_errors import EgressRefused as EgressRefused
 from gateway.proxy.proxy_errors import FormationRefused as FormationRefused
@@ -83,6 +85,7 @@ _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 #: this member call someone on its behalf, with its token attached.
 _FOLLOWS_REDIRECT: Final = "murmur.follows_redirect"
 _ORIGIN_HEADER: Final = ORIGIN_HEADER.encode("ascii")
+_CALL_DEPTH_HEADER: Final = CALL_DEPTH_HEADER.encode("ascii")
 _TRUST_HEADER: Final = TRUST_HEADER.encode("ascii")
 #: A call's trace context is the runtime's (gateway.trace.context): a component's own
 #: ``traceparent`` and the ``tracestate`` that goes with it are replaced.
@@ -145,13 +148,15 @@ _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 class _Shared:
     """What every view of one member's proxy shares: pool, credentials, grant."""
 
-    __slots__ = ("addresses", "allow", "authorizations", "door_wait", "doors", "inner",
-                 "known", "metrics", "on_call", "tokens", "virtual_hosts")
+    __slots__ = ("addresses", "allow", "authorizations", "bounds", "door_wait", "doors",
+                 "inner", "known", "metrics", "on_call", "tokens", "virtual_hosts")
 
     def __init__(self, inner: httpx.AsyncBaseTransport, doors: DoorDirectory,
                  allow: AllowList, on_call: CallHook | None, door_wait: float,
-                 tokens: Mapping[str, str], metrics: DoorMetrics | None) -> None:
+                 tokens: Mapping[str, str], metrics: DoorMetrics | None,
+                 bounds: CallBounds | None = None) -> None:
         self.inner = inner
+        self.bounds = bounds
         self.metrics = metrics
         self.doors = doors
         self.allow = allow
@@ -196,10 +201,11 @@ class FormationTransport(httpx.AsyncBaseTransport):
         on_call: CallHook | None = None,
         door_wait: float = DOOR_URL_WAIT_SECONDS,
         metrics: DoorMetrics | None = None,
+        bounds: CallBounds | None = None,
     ) -> None:
         check_callees(tokens)
         self._shared = _Shared(inner, doors, AllowList(allow), on_call, door_wait, tokens,
-                               metrics)
+                               metrics, bounds)
         self._trust = trust
         self._owns_inner = True
 
@@ -294,6 +300,12 @@ class FormationTransport(httpx.AsyncBaseTransport):
         except httpx.RequestNotRead:
             body = await request.aread()
         headers = _forwarded_headers(raw)
+        bounds = shared.bounds
+        if bounds is not None:      # a version 2 roster: the member's calls and depth
+            bounds.spend(request, body)
+            depth = bounds.depth(CALLING_TASK.get())
+            if depth is not None:
+                headers.append((_CALL_DEPTH_HEADER, depth))
         trace_parent = None if shared.on_call is None else shared.on_call(callee, str(request.url))
         if trace_parent is not None:    # the runtime's span, never the component's own
             headers = [header for header in headers

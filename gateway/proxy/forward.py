@@ -54,7 +54,12 @@ from gateway.proxy.forward_request import target_url as _target_url
 from gateway.proxy.forward_request import transport_request as _transport_request
 from gateway.proxy.forward_tunnel import PIPE_CHUNK as _PIPE_CHUNK
 from gateway.proxy.forward_tunnel import tunnel as _tunnel
-from gateway.proxy.proxy_errors import DoorUnavailable, EgressRefused, FormationRefused
+from gateway.proxy.proxy_errors import (
+    CallLimitReached,
+    DoorUnavailable,
+    EgressRefused,
+    FormationRefused,
+)
 from gateway.proxy.virtual_names import exact_virtual_name
 
 _log = logging.getLogger(__name__)
@@ -316,6 +321,8 @@ class ForwardProxy:
             raise _refused_virtual() from None
         except EgressRefused as exc:
             raise _Answer(403, "egress_refused", str(exc)) from None
+        except CallLimitReached as exc:
+            raise _Answer(403, "limit_reached", str(exc)) from None
         except DoorUnavailable as exc:
             raise _Answer(502, "door_unavailable", str(exc)) from None
         except httpx.TransportError as exc:

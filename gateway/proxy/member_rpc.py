@@ -28,7 +28,12 @@ from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, TERMINAL_STATES
 from gateway.proxy.call_failed import ERROR, REFUSED, TRANSPORT_ERROR, CallFailed
 from gateway.proxy.egress import virtual_address
 from gateway.proxy.formation_client import FormationClient
-from gateway.proxy.proxy_errors import DoorUnavailable, EgressRefused, FormationRefused
+from gateway.proxy.proxy_errors import (
+    CallLimitReached,
+    DoorUnavailable,
+    EgressRefused,
+    FormationRefused,
+)
 from gateway.sse import aevent_data
 
 #: ``task.http``'s default timeouts; the call-member client bounds its own requests by
@@ -104,6 +109,27 @@ class RpcErrorReply(GatewayError):
         self.code = code
         self.message = message
         self.data = data
+
+
+class RateLimited(GatewayError):
+    """A callee's door answered ``429 rate_limited`` (an edge's ``concurrent`` or
+    ``per_minute``, docs/bounds.md): call-member offers the task again after
+    ``retry_after`` seconds, as it does for a busy member."""
+
+    def __init__(self, retry_after: float | None) -> None:
+        super().__init__("rate limited")
+        self.retry_after = retry_after
+
+
+#: A door's refusals for bounds along the edges, whose message names the limit.
+_BOUND_REFUSALS: Final = frozenset({"limit_reached", "depth_exceeded"})
+
+
+def _retry_after_ms(document: Any) -> float | None:
+    value = document.get("retryAfterMs") if isinstance(document, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value) / 1000
 
 
 class StreamFailed(GatewayError):
@@ -204,7 +230,7 @@ async def _call_errors(member: str) -> AsyncIterator[None]:
         yield
     except FormationRefused:
         raise CallFailed(member, REFUSED, FormationRefused.MESSAGE) from None
-    except EgressRefused as exc:
+    except (EgressRefused, CallLimitReached) as exc:
         raise CallFailed(member, REFUSED, str(exc)) from None
     except DoorUnavailable as exc:
         raise CallFailed(member, TRANSPORT_ERROR, str(exc)) from None
@@ -224,9 +250,14 @@ def _rpc_result(member: str, status: int, content: bytes) -> dict[str, Any]:
         raise RpcErrorReply(code if isinstance(code, int) else 0,
                             str(error.get("message", "")), error.get("data"))
     if status != 200:
+        error = document.get("error") if isinstance(document, dict) else None
+        if status == 429 and error == "rate_limited":
+            raise RateLimited(_retry_after_ms(document))
         detail = f"HTTP {status}"
-        if isinstance(document, dict) and isinstance(document.get("error"), str):
-            detail += f" {document['error']}"
+        if isinstance(error, str):
+            detail += f" {error}"
+            if error in _BOUND_REFUSALS and isinstance(document.get("message"), str):
+                detail += f": {document['message'][:300]}"     # names the limit reached
         raise CallFailed(member, REFUSED if status in (401, 403) else ERROR, detail)
     result = document.get("result") if isinstance(document, dict) else None
     if not isinstance(result, dict):

@@ -4,6 +4,7 @@ In order: :class:`ProxyError`, their root (a ``GatewayError`` and an
 ``httpx.TransportError``, so an httpx caller sees a transport failure);
 :class:`FormationRefused`, a virtual address this member may not use;
 :class:`EgressRefused`, a real URL outside ``capabilities.network.allow``;
+:class:`CallLimitReached`, a member call past the member's ``limits.calls``;
 :class:`DoorUnavailable`, a callee's door address that did not arrive in time.
 
 They live apart from ``FormationTransport`` because the check of URL text
@@ -43,6 +44,16 @@ class EgressRefused(ProxyError):
     """The real URL is outside the sending component's ``capabilities.network.allow``.
     Its text says why, without a "refused" of its own: the class says it, and a failed
     member call already reads ``... failed: refused: <this text>``."""
+
+
+class CallLimitReached(ProxyError):
+    """This member has made every member call its ``limits.calls`` allows (a version 2
+    roster, docs/bounds.md); no connection was opened for this one."""
+
+    def __init__(self, limit: int, request: httpx.Request | None = None) -> None:
+        super().__init__(f"this member has made its {limit} member calls (its limits.calls "
+                         "in roster.yaml)", request=request)
+        self.limit = limit
 
 
 class DoorUnavailable(ProxyError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from gateway.a2a.jsonrpc import RpcError
 from gateway.a2a.models import IDENTIFIER_LIMIT
@@ -19,6 +19,9 @@ __all__ = ["TASK_NOT_FOUND", "Claim", "KnownTask", "task_id_of"]
 
 #: The code of the one answer a task the door or its upstream does not know gets.
 TASK_NOT_FOUND: Final = -32001
+
+if TYPE_CHECKING:
+    from gateway.auth.edge_limits import EdgeCall
 
 
 @dataclass(slots=True)
@@ -38,6 +41,10 @@ class KnownTask:
     #: Whether a ``task_state`` record was written for it yet.
     reported: bool = False
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The bounded member call that started it (gateway.auth.edge_limits), told when it
+    #: ends, and its depth (0: an operator's or a client's task).
+    edge: EdgeCall | None = None
+    depth: int = 0
 
     @property
     def live(self) -> bool:

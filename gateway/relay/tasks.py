@@ -52,6 +52,7 @@ from typing import Any, Final
 from gateway.a2a.jsonrpc import RpcError, member_busy
 from gateway.a2a.models import IDENTIFIER_LIMIT
 from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.edge_limits import EDGE_CALL
 from gateway.caller import Caller
 from gateway.door.app import OPERATOR_CALLER, Door, DoorSettings
 from gateway.door.card import CardInfo, CardRoute, merged_card
@@ -146,12 +147,17 @@ class RelayTasks(TaskListeners):
         self._tasks[task_id] = known
         self._accepted += 1
         self._live += 1
+        edge = EDGE_CALL.get()
+        if edge is not None:        # a member's call through the door's EdgeGuard
+            known.edge, known.depth = edge, edge.depth
+            edge.task_created()
         credential = caller.credential
         fields: dict[str, Any] = {"task_id": task_id, "context_id": context,
                                   "credential": credential.name, "origin": caller.origin,
                                   "trust": caller.trust}
         if credential.kind == "member":
             fields["formation_member"] = credential.member
+            fields["depth"] = known.depth
         # The span sent upstream with the message that started it (its request's own
         # context), else a span of its own (a task the door first sees some other way).
         span = _NEW_TASK_SPAN.get() or task_span(INCOMING_TRACEPARENT.get())
@@ -211,6 +217,8 @@ class RelayTasks(TaskListeners):
 
     def _end(self, known: KnownTask) -> None:
         self._live -= 1
+        if known.edge is not None:
+            known.edge.task_ended()
         self._ended += 1
         follower = self._followers.pop(known.id, None)
         if follower is not None and follower is not asyncio.current_task():
@@ -249,6 +257,8 @@ class RelayTasks(TaskListeners):
         if known.live:
             known.lost = True
             self._live -= 1
+            if known.edge is not None:
+                known.edge.task_ended()
             self._remember_finished(known)  # kept within the bounds, then forgotten
             known.ended.set()
             self._after_task()

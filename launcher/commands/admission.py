@@ -87,6 +87,8 @@ def _doctor(args: argparse.Namespace) -> int:
     for warning in admitted.warnings:
         emit(warning, sys.stderr)
     print(summary(admitted))
+    for line in admitted.bounds.lines():
+        print(line)
     for row in models:
         print(model_line(row))
     print(report_line(report))

@@ -324,7 +324,8 @@ class Launch:
             deadline=None if self.deadline is None else format_deadline(self.deadline),
             extra=extra, environ=self.environ, own_group=own_group,
             started_at=asyncio.get_running_loop().time(), template=self._template,
-            stderr=PIPE if own_group else None)
+            stderr=PIPE if own_group else None,
+            bounds=self.admitted.bounds.for_member(name))
         self.members[name] = member
         return member
 

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.auth.tokens import FormationKey
 from launcher.admission.roster import AdmittedMember
@@ -136,8 +136,8 @@ def start_member(member: AdmittedMember, *, key: FormationKey, formation_id: str
                  callees: Sequence[str], doors: Mapping[str, str] | None, workdir: Path,
                  project_dir: Path, deadline: str | None, extra: Sequence[str],
                  environ: Mapping[str, str], own_group: bool, started_at: float,
-                 stderr: int | None, template: MemberTemplate | None = None
-                 ) -> LaunchedMember:
+                 stderr: int | None, template: MemberTemplate | None = None,
+                 bounds: Mapping[str, Any] | None = None) -> LaunchedMember:
     """Write ``member``'s credentials (and ``doors``, for the entry member) on a fresh
     channel, then start it in ``workdir``. Raises OSError when it cannot be started; its
     pipes are closed then."""
@@ -149,7 +149,8 @@ def start_member(member: AdmittedMember, *, key: FormationKey, formation_id: str
         tokens = mint_tokens(key, formation_id=formation_id, caller=member.name,
                              callees=callees)
         writer.write_credentials(formation_id=formation_id, member=member.name,
-                                 key=key.public_bytes, tokens=tokens, entry=member.entry)
+                                 key=key.public_bytes, tokens=tokens, entry=member.entry,
+                                 bounds=bounds)
         del tokens
         if doors:
             writer.write_doors(doors)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 import httpx
 
 from gateway.metrics import DoorMetrics
+from gateway.proxy.call_bounds import CallBounds, DepthOf
 from gateway.proxy.call_member import CallFailed, CallHandle, MemberCalls
 from gateway.proxy.egress import virtual_address
 from gateway.proxy.formation import CALLING_TASK, DoorDirectory, FormationTransport
@@ -37,9 +38,13 @@ _CALL_SPAN: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
 def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
                         allow: Iterable[str], trace: TraceBus, spans: TaskSpans,
                         make_inner: Callable[[], httpx.AsyncBaseTransport],
-                        metrics: DoorMetrics | None = None) -> FormationTransport:
+                        metrics: DoorMetrics | None = None,
+                        bounds: tuple[int | None, DepthOf | None] | None = None
+                        ) -> FormationTransport:
     """The member's formation proxy; ``make_inner`` makes its pool on the first request.
-    Raises ``ValueError`` for a grant entry that is not a host or a bad callee."""
+    ``bounds`` (a version 2 roster): the member's ``limits.calls`` and the depth of each
+    task's calls. Raises ``ValueError`` for a grant entry that is not a host or a bad
+    callee."""
 
     def on_request(callee: str, url: str) -> bytes:
         # call_member's own requests are traced once per call (TracedCalls) and carry
@@ -55,8 +60,10 @@ def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
                        **span.fields())
         return traceparent(span)
 
+    call_bounds = None if bounds is None else CallBounds(calls=bounds[0], depth_of=bounds[1])
     return FormationTransport(_FirstUse(make_inner), tokens=tokens, doors=doors,
-                              allow=allow, on_call=on_request, metrics=metrics)
+                              allow=allow, on_call=on_request, metrics=metrics,
+                              bounds=call_bounds)
 
 
 def task_calls(transport: FormationTransport, *, trace: TraceBus, task_id: str,

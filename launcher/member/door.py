@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,11 +81,12 @@ def auth_policy(manifest: Manifest, *, operator: OperatorToken, place: Formation
     key = place.key
     if key is not None and place.formation_id is not None:
         verifier = FormationVerifier(key, place.formation_id)
+    bounds = place.credentials.bounds if place.credentials is not None else None
     return AuthPolicy(
         authenticated=True, operator=operator, bearers=bearers, jwt_issuers=issuers,
         verifier=verifier, member=place.member if verifier is not None else None,
         accept_peer_tasks=manifest.serves_peers, public_card=network.public_card,
-        allow_origins=origins)
+        allow_origins=origins, bounds=bounds.door if bounds is not None else None)
 
 
 def _issuer(issuer: Any, capsule_dir: Path) -> JwtIssuer:
@@ -190,8 +191,13 @@ class CallsSeam:
                  directory: DoorDirectory, trace: TraceBus, spans: TaskSpans,
                  deadline: datetime | None, capsule: str,
                  metrics: DoorMetrics | None = None,
-                 delegator: Delegator | None = None) -> None:
+                 delegator: Delegator | None = None,
+                 call_depth: Callable[[str | None], int] | None = None) -> None:
         self._trace = trace
+        bounds = place.credentials.bounds if place.credentials is not None else None
+        #: A version 2 roster's bounds on the way out: the member's limits.calls, the
+        #: depth its calls carry (docs/bounds.md); None for a version 1 roster.
+        self._bounds = None if bounds is None else (bounds.calls, call_depth)
         #: The session's children, when ``capabilities.spawn.allow`` names a capsule.
         self.delegator = delegator
         self._spans = spans
@@ -221,7 +227,7 @@ class CallsSeam:
             self._transport = formation_transport(
                 tokens=self._tokens, doors=self._directory, allow=self._allow,
                 trace=self._trace, spans=self._spans, metrics=self._metrics,
-                make_inner=lambda: _inner_transport(calls_members))
+                make_inner=lambda: _inner_transport(calls_members), bounds=self._bounds)
         return self._transport
 
     def calls_for(self, run: TaskRun) -> TracedCalls | TaskChildren:

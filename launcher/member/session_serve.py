@@ -67,6 +67,9 @@ class LiveTasks:
         #: Each live task's span (its ``a2a_task_received`` record's), whose children
         #: its calls are (gateway.trace.context).
         self.spans: dict[str, Span] = {}
+        #: Each live task's depth in member calls, when a member's call made it
+        #: (docs/bounds.md); a task not here is depth 0.
+        self.depths: dict[str, int] = {}
         self._on_input_required = on_input_required
 
     def track(self, record: TraceRecord) -> None:
@@ -80,12 +83,16 @@ class LiveTasks:
                     self.states.pop(task_id, None)
                     self.trusts.pop(task_id, None)
                     self.spans.pop(task_id, None)
+                    self.depths.pop(task_id, None)
                 else:
                     self.states[task_id] = state
         elif event == "a2a_task_received":
             task_id, trust = record.get("task_id"), record.get("trust")
             if isinstance(task_id, str) and isinstance(trust, str):
                 self.trusts[task_id] = trust
+            depth = record.get("depth")
+            if isinstance(task_id, str) and type(depth) is int and depth > 0:
+                self.depths[task_id] = depth
             trace_id, span_id = record.get("trace_id"), record.get("span_id")
             if isinstance(task_id, str) and isinstance(trace_id, str) and isinstance(span_id, str):
                 self.spans[task_id] = Span(trace_id, span_id)
@@ -93,6 +100,13 @@ class LiveTasks:
     def running(self) -> tuple[str, ...]:
         """The tasks whose agent code runs now (queued ones are not running)."""
         return tuple(task for task, state in self.states.items() if state in _RUNNING_STATES)
+
+    def call_depth(self, task_id: str | None) -> int:
+        """The depth of a call made for ``task_id``: its depth plus one. For a request
+        whose task is unknown (the forward proxy's), the deepest live task's plus one."""
+        if task_id is not None:
+            return self.depths.get(task_id, 0) + 1
+        return max(self.depths.values(), default=0) + 1
 
     def live_trust(self) -> str:
         """``trusted`` only while the member holds tasks and every one is trusted: the

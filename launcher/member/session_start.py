@@ -216,7 +216,8 @@ class AgentSide:
                          directory=self.directory, trace=session.bus,
                          spans=session.tasks.spans.get, metrics=session.metrics,
                          deadline=session.options.deadline,
-                         capsule=session.options.capsule, delegator=self._delegator())
+                         capsule=session.options.capsule, delegator=self._delegator(),
+                         call_depth=session.tasks.call_depth)
 
     def _delegator(self) -> Delegator | None:
         """The session's children (docs/delegation.md): a python agent whose

@@ -6,6 +6,11 @@ One JSON object a line, on a pipe only that member inherits (docs/runtime-files.
      "tokens":{"coder":"mft1…"},"entry":false}            first line, before it starts
     {"doors":{"coder":"http://127.0.0.1:41234"}}          later lines
 
+A member of a version 2 roster that something bounds also finds ``bounds`` on its first
+line (docs/bounds.md): ``{"depth":4,"incoming":{"planner":{"calls":50}},"calls":200}``,
+the formation's depth, the limits of the edges into it by caller, and its own ``calls``
+and ``tokens`` (:class:`MemberBounds`). Every other first line is exactly the above.
+
 ``key`` is the raw 32-byte Ed25519 public key in unpadded base64url. The launcher writes
 with :class:`ChannelWriter`; the member reads the first line with
 :func:`read_credentials`, which refuses with ``E-RUN-046`` in every case docs/runtime-files.md
@@ -41,6 +46,7 @@ from launcher.diagnostics import DiagnosticError
 from launcher.errors import LauncherError
 from launcher.ids import is_formation_id
 from launcher.spawn.env_names import CHANNEL_ENV, FORMATION_ENV, PEERS_ENV
+from launcher.spawn.member_bounds import MemberBounds
 from launcher.spawn.process import read_ready
 
 #: How long a member waits for its first line, and a proxy for a callee's door.
@@ -51,6 +57,7 @@ MAX_FIRST_LINE = 4 * 1024 * 1024
 MAX_DOORS_LINE = 1024 * 1024
 
 _CREDENTIAL_KEYS = frozenset({"formation", "member", "key", "tokens", "entry"})
+_BOUNDS_KEY = "bounds"
 
 RefusalCase = Literal[
     "roster_inside_formation",
@@ -94,6 +101,8 @@ class ChannelCredentials:
     entry: bool
     fd: int
     pending: bytes = b""
+    #: What a version 2 roster bounds for this member (none: nothing).
+    bounds: MemberBounds | None = None
 
     @property
     def callees(self) -> tuple[str, ...]:
@@ -128,8 +137,9 @@ def _parse_first_line(line: bytes) -> dict[str, Any]:
         raise _not_credentials("it is not one JSON object with unique keys") from None
     if not isinstance(data, dict):
         raise _not_credentials("it is not a JSON object")
-    if set(data) != _CREDENTIAL_KEYS:
-        raise _not_credentials("it must hold exactly formation, member, key, tokens, entry")
+    if set(data) - {_BOUNDS_KEY} != _CREDENTIAL_KEYS:
+        raise _not_credentials("it must hold exactly formation, member, key, tokens, entry "
+                               "(and bounds, for a member a version 2 roster bounds)")
     if not is_formation_id(data["formation"]):
         raise _not_credentials("`formation` must be a formation id (frm_ and 32 hex digits)")
     member = data["member"]
@@ -145,6 +155,11 @@ def _parse_first_line(line: bytes) -> dict[str, Any]:
             raise _not_credentials("every key of `tokens` must name another member")
         if not isinstance(token, str):
             raise _not_credentials(f"the token for `{callee}` must be a string")
+    if _BOUNDS_KEY in data:
+        try:
+            data[_BOUNDS_KEY] = MemberBounds.from_wire(data[_BOUNDS_KEY])
+        except ValueError as problem:
+            raise _not_credentials(f"`bounds`: {problem}") from None
     return data
 
 
@@ -270,7 +285,7 @@ def read_credentials(environ: Mapping[str, str],
     return ChannelCredentials(
         formation_id=formation, member=member, key=b64url_decode_canonical(data["key"]),
         tokens=MappingProxyType(dict(data["tokens"])), entry=data["entry"], fd=fd,
-        pending=rest,
+        pending=rest, bounds=data.get(_BOUNDS_KEY),
     )
 
 
@@ -290,7 +305,8 @@ def refuse_roster_inside_formation(environ: Mapping[str, str]) -> None:
 
 
 def encode_credentials(*, formation_id: str, member: str, key: bytes,
-                       tokens: Mapping[str, str], entry: bool) -> bytes:
+                       tokens: Mapping[str, str], entry: bool,
+                       bounds: Mapping[str, Any] | None = None) -> bytes:
     """The first channel line, newline included."""
     if not is_formation_id(formation_id):
         raise ValueError("formation_id must be frm_ followed by 32 lowercase hex digits")
@@ -300,6 +316,8 @@ def encode_credentials(*, formation_id: str, member: str, key: bytes,
         raise ValueError("key must be the raw 32-byte Ed25519 public key")
     line = {"formation": formation_id, "member": member, "key": b64url_encode(key),
             "tokens": dict(tokens), "entry": bool(entry)}
+    if bounds:
+        line[_BOUNDS_KEY] = MemberBounds.from_wire(bounds).wire()   # checked as read
     return json.dumps(line, separators=(",", ":")).encode("ascii") + b"\n"
 
 
@@ -338,11 +356,12 @@ class ChannelWriter:
             view = view[os.write(self._fd, view):]
 
     def write_credentials(self, *, formation_id: str, member: str, key: bytes,
-                          tokens: Mapping[str, str], entry: bool) -> None:
+                          tokens: Mapping[str, str], entry: bool,
+                          bounds: Mapping[str, Any] | None = None) -> None:
         if self._credentials_written:
             raise RuntimeError("the credentials line is written once")
         self._write(encode_credentials(formation_id=formation_id, member=member, key=key,
-                                       tokens=tokens, entry=entry))
+                                       tokens=tokens, entry=entry, bounds=bounds))
         self._credentials_written = True
 
     def write_doors(self, doors: Mapping[str, str]) -> None:

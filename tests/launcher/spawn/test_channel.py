@@ -473,3 +473,44 @@ def test_the_writer_refuses_to_encode_what_a_member_would_refuse(
         from launcher.spawn.channel import encode_doors
         encode_doors({"coder": "ftp://host"})
     assert writer.closed
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def test_a_version_1_members_first_line_holds_exactly_the_five_keys(
+        formation: Formation) -> None:
+    line = encode_credentials(formation_id=formation.id, member="coder",
+                              key=formation.key.public_bytes, tokens={}, entry=False,
+                              bounds=None)
+    assert set(json.loads(line)) == {"formation", "member", "key", "tokens", "entry"}
+
+
+def test_bounds_on_the_first_line_reach_the_member(formation: Formation,
+                                                   pipe: tuple[int, int]) -> None:
+    read_end, write_end = pipe
+    writer = ChannelWriter(write_end)
+    bounds = {"depth": 4, "incoming": {"planner": {"calls": 50, "per_minute": 20}},
+              "calls": 200}
+    writer.write_credentials(formation_id=formation.id, member="planner",
+                             key=formation.key.public_bytes, tokens=formation.tokens(),
+                             entry=True, bounds=bounds)
+    creds = read_credentials(formation.env(read_end), timeout=1)
+    assert creds is not None and creds.bounds is not None
+    assert (creds.bounds.depth, creds.bounds.calls, creds.bounds.tokens) == (4, 200, None)
+    assert creds.bounds.door.incoming["planner"].per_minute == 20
+    assert creds.bounds.wire() == bounds
+
+
+@pytest.mark.parametrize("bounds", [
+    {"depth": 0}, {"calls": "many"}, {"incoming": {"Planner!": {}}},
+    {"incoming": {"planner": {"calls": -1}}}, {"speed": 3}, [],
+])
+def test_bounds_a_member_cannot_read_are_refused(formation: Formation,
+                                                 pipe: tuple[int, int],
+                                                 bounds: object) -> None:
+    read_end, write_end = pipe
+    send(write_end, {**formation.line(), "bounds": bounds})
+    error = refused(formation.env(read_end))
+    assert error.case == "not_credentials"
+    assert "`bounds`" in str(error)

@@ -1,0 +1,246 @@
+"""Bounds along the edges (roster version 2, docs/bounds.md) in real formations: a
+runaway loop between two members ended by ``limits.depth``; an edge's ``calls``,
+``concurrent`` and ``per_minute``; a member's own ``limits.calls``; a depth an agent
+forges never reaching the callee, through ``task.http`` and through the forward proxy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launcher.home import paths
+from tests.support.formation import (
+    ECHO_AGENT,
+    install_capsule,
+    kill_group_quietly,
+    member_traces,
+    start_launcher,
+    write_capsule,
+    write_roster,
+)
+
+pytestmark = pytest.mark.integration
+
+#: ping and pong call each other with the same text until a call fails; each answer
+#: names who answered, so the chain can be read back.
+LOOP_AGENT = """
+async def run(task):
+    other = "pong" if task.member == "ping" else "ping"
+    try:
+        answer = await (await task.call_member(other, task.text))
+    except Exception as failed:
+        return f"{task.member} stopped: {failed}"
+    return f"{task.member} <- {answer}"
+"""
+
+BOSS_AGENT = """
+import asyncio, json, time
+
+async def run(task):
+    plan = json.loads(task.text)
+    results = []
+    async def one(text):
+        try:
+            return await (await task.call_member(plan["to"], text))
+        except Exception as failed:
+            return f"failed: {failed}"
+    if plan.get("parallel"):
+        results = await asyncio.gather(*(one(f"call {n}") for n in range(plan["calls"])))
+    else:
+        for n in range(plan["calls"]):
+            results.append(await one(f"call {n}"))
+    return json.dumps(list(results))
+"""
+
+TIMED_AGENT = """
+import asyncio, time
+
+async def run(task):
+    started = time.time()
+    await asyncio.sleep(0.4)
+    return f"{started:.3f} {time.time():.3f}"
+"""
+
+
+def simple_project(tmp_path: Path, names: list[str], *, entry: str,
+                   reachability: dict[str, list[str]] | str,
+                   agents: dict[str, str]) -> Path:
+    """A project of python members (echo agents unless ``agents`` says otherwise), each
+    holding four tasks at once (a loop's member is called again while it waits)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    called = {name for targets in (reachability if isinstance(reachability, dict) else {})
+              .values() for name in targets}
+    for name in names:
+        source = write_capsule(tmp_path, name, agents.get(name, ECHO_AGENT),
+                               accept_peers=name in called or reachability == "all",
+                               allow_localhost=True,
+                               lifecycle="{concurrency: 4, queue_depth: 4}")
+        install_capsule(project, source)
+    write_roster(project, [(name, name == entry) for name in names], reachability)
+    return project
+
+
+@pytest.fixture
+def launched() -> Iterator[list[subprocess.Popen[bytes]]]:
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        kill_group_quietly(process)
+        process.wait()
+
+
+def version_2(project: Path, head: str = "", rules: str | None = None,
+              members: dict[str, str] | None = None) -> None:
+    """The project's roster as version 2: ``head`` after the version line, ``rules`` in
+    place of its reachability, ``members`` a ``limits`` line for those members."""
+    lines = (project / "roster.yaml").read_text().splitlines()
+    out = ["roster_version: 2", *([head] if head else [])]
+    for line in lines[1:]:
+        if rules is not None and line.startswith("reachability"):
+            out.append(rules.rstrip())
+            break
+        out.append(line)
+        name = line.split("name: ", 1)[1] if "- name: " in line else None
+        if name and members and name in members:
+            out.append(f"    limits: {members[name]}")
+    (project / "roster.yaml").write_text("\n".join(out) + "\n")
+
+
+def run_task(project: Path, launched: list[subprocess.Popen[bytes]],
+             task: str) -> tuple[int, str, str]:
+    process = start_launcher(project, "--json", "--task", task)
+    launched.append(process)
+    out, err = process.communicate(timeout=120)
+    return process.returncode, out.decode(), err.decode()
+
+
+def answer(out: str) -> str:
+    return out.split("\n", 1)[1].strip()
+
+
+def test_a_runaway_loop_between_two_members_ends_at_limits_depth(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    project = simple_project(tmp_path, ["boss", "ping", "pong"], entry="boss",
+                             reachability="all",
+                             agents={"boss": BOSS_AGENT, "ping": LOOP_AGENT,
+                                     "pong": LOOP_AGENT})
+    version_2(project, head="limits: {depth: 4}")
+    code, out, err = run_task(project, launched, json.dumps({"to": "ping", "calls": 1}))
+    assert code == 0, err
+    [chain] = json.loads(answer(out))
+    # boss (0) -> ping (1) -> pong (2) -> ping (3) -> pong (4); pong's call would be 5.
+    assert chain.startswith("ping <- pong <- ping <- pong stopped: "), chain
+    assert "depth_exceeded" in chain and "limits.depth" in chain, chain
+    traces = member_traces(paths.records_root())
+    depths = sorted(record["depth"] for name in ("ping", "pong") for record in traces[name]
+                    if record["event"] == "a2a_task_received")
+    assert depths == [1, 2, 3, 4]
+
+
+def test_an_edge_over_calls_is_refused_naming_the_limit(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    project = simple_project(tmp_path, ["boss", "worker"], entry="boss",
+                             reachability={"boss": ["worker"]},
+                             agents={"boss": BOSS_AGENT})
+    version_2(project, rules="reachability:\n  - from: boss\n    to: [worker]\n"
+                             "    limits: {calls: 2}\n")
+    code, out, err = run_task(project, launched, json.dumps({"to": "worker", "calls": 3}))
+    assert code == 0, err
+    first, second, third = json.loads(answer(out))
+    assert first == "worker: call 0" and second == "worker: call 1"
+    assert third.startswith("failed: ") and "limit_reached" in third, third
+    assert "made its 2 calls along this edge (limits.calls" in third
+
+
+def test_concurrent_holds_and_the_calls_over_it_wait_and_succeed(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    project = simple_project(tmp_path, ["boss", "worker"], entry="boss",
+                             reachability={"boss": ["worker"]},
+                             agents={"boss": BOSS_AGENT, "worker": TIMED_AGENT})
+    # The worker holds four at once; the edge lets one run.
+    version_2(project, rules="reachability:\n  - from: boss\n    to: [worker]\n"
+                             "    limits: {concurrent: 1}\n")
+    code, out, err = run_task(project, launched,
+                              json.dumps({"to": "worker", "calls": 3, "parallel": True}))
+    assert code == 0, err
+    spans = sorted(tuple(map(float, result.split())) for result in json.loads(answer(out)))
+    assert len(spans) == 3
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert start >= end - 0.01, spans
+
+
+def test_per_minute_spaces_the_calls_which_all_succeed(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    project = simple_project(tmp_path, ["boss", "worker"], entry="boss",
+                             reachability={"boss": ["worker"]},
+                             agents={"boss": BOSS_AGENT, "worker": TIMED_AGENT})
+    version_2(project, rules="reachability:\n  - from: boss\n    to: [worker]\n"
+                             "    limits: {per_minute: 40}\n")
+    code, out, err = run_task(project, launched,
+                              json.dumps({"to": "worker", "calls": 3, "parallel": True}))
+    assert code == 0, err
+    starts = sorted(float(result.split()[0]) for result in json.loads(answer(out)))
+    # 40 a minute: one call every 1.5 s.
+    assert starts[1] - starts[0] >= 1.4 and starts[2] - starts[1] >= 1.4, starts
+
+
+def test_a_members_own_calls_limit_refuses_before_any_connection(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    project = simple_project(tmp_path, ["boss", "worker"], entry="boss",
+                             reachability={"boss": ["worker"]},
+                             agents={"boss": BOSS_AGENT})
+    version_2(project, members={"boss": "{calls: 1}"})
+    code, out, err = run_task(project, launched, json.dumps({"to": "worker", "calls": 2}))
+    assert code == 0, err
+    first, second = json.loads(answer(out))
+    assert first == "worker: call 0"
+    assert "made its 1 member calls (its limits.calls" in second, second
+    received = [record for record in member_traces(paths.records_root())["worker"]
+                if record["event"] == "a2a_task_received"]
+    assert len(received) == 1
+
+
+#: Two SendMessage calls to the worker, each with a forged depth: one through
+#: ``task.http`` (the formation proxy), one with urllib through the forward proxy.
+FORGER_AGENT = """
+import asyncio, json, urllib.request
+
+BODY = ('{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": '
+        '{"messageId": "m-%s", "role": "ROLE_USER", "parts": [{"text": "forged"}]}, '
+        '"configuration": {"returnImmediately": true}}}')
+FORGED = {"x-murmur-call-depth": "7", "X_Murmur_Call_Depth": "9", "A2A-Version": "1.0",
+          "Content-Type": "application/json"}
+
+def through_the_forward_proxy():
+    request = urllib.request.Request("http://worker.formation.invalid/",
+                                     data=(BODY % "proxy").encode(), headers=FORGED,
+                                     method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.status
+
+async def run(task):
+    response = await task.http.post("http://worker.formation.invalid/",
+                                    content=BODY % "http", headers=FORGED)
+    proxied = await asyncio.to_thread(through_the_forward_proxy)
+    return json.dumps([response.status_code, proxied])
+"""
+
+
+def test_a_forged_call_depth_never_reaches_the_callee(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    project = simple_project(tmp_path, ["boss", "worker"], entry="boss",
+                             reachability={"boss": ["worker"]},
+                             agents={"boss": FORGER_AGENT})
+    version_2(project, head="limits: {depth: 3}")
+    code, out, err = run_task(project, launched, "forge")
+    assert code == 0, err
+    assert json.loads(answer(out)) == [200, 200]
+    received = [record for record in member_traces(paths.records_root())["worker"]
+                if record["event"] == "a2a_task_received"]
+    # Both arrived as the runtime stamped them: one call deep, not 7 (or 9).
+    assert [record["depth"] for record in received] == [1, 1]

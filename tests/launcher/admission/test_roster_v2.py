@@ -1,0 +1,182 @@
+"""Roster version 2 (docs/bounds.md): every new key admitted into the formation's bounds,
+refused in a version 1 roster with ``E-ROS-001`` naming the version it needs, and each
+bound no call can meet refused with ``E-ROS-012``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.auth.edge_limits import EdgeLimits
+from launcher.admission.artifacts import pack
+from launcher.admission.roster import admit, parse_roster
+from launcher.admission.store import install
+from launcher.cli import main
+from launcher.diagnostics import DiagnosticError
+from launcher.spawn.member_bounds import MemberBounds
+from tests.support.capsules import install_capsule
+from tests.support.gateway_capsules import gateway_capsule
+
+MEMBERS = """members:
+  - {name: planner, capsule: local/planner, version: 1.0.0, entry: true}
+  - {name: coder, capsule: local/coder, version: 1.0.0}
+  - {name: deployer, capsule: local/deployer, version: 1.0.0}
+"""
+FULL = """roster_version: 2
+limits: {depth: 4}
+members:
+  - {name: planner, capsule: local/planner, version: 1.0.0, entry: true}
+  - name: coder
+    capsule: local/coder
+    version: 1.0.0
+    limits: {calls: 200}
+  - {name: deployer, capsule: local/deployer, version: 1.0.0}
+reachability:
+  - from: planner
+    to: [coder]
+    limits: {calls: 50, concurrent: 2, per_minute: 20}
+  - from: coder
+    to: [deployer]
+    approve: true
+    approve_timeout: 10m
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    directory = tmp_path / "project"
+    directory.mkdir()
+    install_capsule(directory, "planner")
+    for name in ("coder", "deployer"):
+        install_capsule(directory, name, accept=True)
+    return directory
+
+
+def refusal(text: str) -> DiagnosticError:
+    with pytest.raises(DiagnosticError) as refused:
+        parse_roster(text)
+    return refused.value
+
+
+def test_a_version_2_roster_is_admitted_with_its_bounds(project: Path) -> None:
+    (project / "roster.yaml").write_text(FULL)
+    admitted = admit(project)
+    bounds = admitted.bounds
+    assert (bounds.version, bounds.depth) == (2, 4)
+    assert bounds.members == {"coder": {"calls": 200}}
+    assert bounds.edge("planner", "coder") == EdgeLimits(calls=50, concurrent=2,
+                                                         per_minute=20)
+    assert bounds.edge("coder", "deployer") == EdgeLimits(approve=True,
+                                                          approve_timeout=600.0)
+    # Each member is handed its own part: the depth, the edges into it, its own limits.
+    assert bounds.for_member("planner") == {"depth": 4}
+    assert bounds.for_member("coder") == {
+        "depth": 4, "incoming": {"planner": {"calls": 50, "concurrent": 2,
+                                             "per_minute": 20}}, "calls": 200}
+    assert MemberBounds.from_wire(bounds.for_member("deployer")).door.incoming == {
+        "coder": EdgeLimits(approve=True, approve_timeout=600.0)}
+    assert bounds.lines() == [
+        "limits: depth 4", "limits coder: calls 200",
+        "limits planner -> coder: calls 50, concurrent 2, per_minute 20",
+        "limits coder -> deployer: approve (10m)"]
+
+
+def test_a_version_1_roster_has_no_bounds_and_hands_none_out(project: Path) -> None:
+    (project / "roster.yaml").write_text(
+        "roster_version: 1\n" + MEMBERS + "reachability: [{from: planner, to: [coder]}]\n")
+    admitted = admit(project)
+    assert admitted.bounds.version == 1
+    assert [admitted.bounds.for_member(name) for name in ("planner", "coder")] == [None, None]
+    assert admitted.bounds.lines() == []
+
+
+@pytest.mark.parametrize(("text", "path"), [
+    ("roster_version: 1\nlimits: {depth: 3}\n" + MEMBERS, "limits"),
+    ("roster_version: 1\n" + MEMBERS.replace("version: 1.0.0}\n",
+                                             "version: 1.0.0, limits: {calls: 1}}\n", 1),
+     "members[1].limits"),
+    ("roster_version: 1\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "limits: {calls: 3}}\n", "reachability[0].limits"),
+    ("roster_version: 1\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "approve: true}\n", "reachability[0].approve"),
+])
+def test_a_version_2_key_in_a_version_1_roster_is_e_ros_001_naming_the_version(
+        text: str, path: str) -> None:
+    refused = refusal(text)
+    assert (refused.code, refused.path) == ("E-ROS-001", path)
+    assert "needs `roster_version: 2`" in refused.diagnostic.message
+    assert "roster_version: 2" in refused.diagnostic.hint
+
+
+@pytest.mark.parametrize(("written", "path", "words"), [
+    ("roster_version: 3\n" + MEMBERS, "roster_version", "must be 1 or 2"),
+    ("roster_version: 2\nlimits: {depth: four}\n" + MEMBERS, "limits.depth",
+     "must be a whole number"),
+    ("roster_version: 2\nlimits: {deep: 3}\n" + MEMBERS, "limits.deep", "is not a key"),
+    ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "limits: {rate: 3}}\n", "reachability[0].limits.rate", "is not a key"),
+    ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "approve: yes please}\n", "reachability[0].approve", "must be `true` or `false`"),
+    ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "approve_timeout: 5m}\n", "reachability[0].approve_timeout", "`approve` is not"),
+    ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "approve: true, approve_timeout: soon}\n", "reachability[0].approve_timeout", ""),
+])
+def test_a_malformed_version_2_key_is_e_ros_001(written: str, path: str, words: str) -> None:
+    refused = refusal(written)
+    assert (refused.code, refused.path) == ("E-ROS-001", path)
+    assert words in refused.diagnostic.message
+
+
+@pytest.mark.parametrize(("written", "path"), [
+    ("roster_version: 2\nlimits: {depth: 0}\n" + MEMBERS, "limits.depth"),
+    ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "limits: {per_minute: -1}}\n", "reachability[0].limits.per_minute"),
+    ("roster_version: 2\n" + MEMBERS.replace("version: 1.0.0}\n",
+                                             "version: 1.0.0, limits: {calls: 0}}\n", 1),
+     "members[1].limits.calls"),
+    ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "limits: {calls: 3}}\n  - {from: planner, to: [coder]}\n", "reachability[1].to[0]"),
+])
+def test_a_bound_no_call_can_meet_is_e_ros_012(written: str, path: str) -> None:
+    refused = refusal(written)
+    assert (refused.code, refused.path) == ("E-ROS-012", path)
+
+
+def test_tokens_on_a_member_that_is_not_a_model_is_e_ros_012(project: Path) -> None:
+    (project / "roster.yaml").write_text(FULL.replace("limits: {calls: 200}",
+                                                      "limits: {tokens: 1000}"))
+    with pytest.raises(DiagnosticError) as refused:
+        admit(project)
+    assert (refused.value.code, refused.value.path) == ("E-ROS-012", "members[1].limits.tokens")
+    assert "not a model member" in refused.value.diagnostic.message
+
+
+def test_approval_into_a_gateway_member_is_e_ros_012(project: Path, tmp_path: Path) -> None:
+    source = gateway_capsule(tmp_path / "gw", "gate", ["python3", "upstream.py", "{port}"])
+    install(pack(source, tmp_path / "gate.mur.zip").path, project)
+    (project / "roster.yaml").write_text(
+        "roster_version: 2\n" + MEMBERS + "  - {name: gate, capsule: local/gate, "
+        "version: 1.0.0}\nreachability:\n  - {from: planner, to: [coder, gate], "
+        "approve: true}\n")
+    with pytest.raises(DiagnosticError) as refused:
+        admit(project)
+    assert (refused.value.code, refused.value.path) == ("E-ROS-012", "reachability[0].to[1]")
+    assert "gateway member" in refused.value.diagnostic.message
+
+
+def test_doctor_prints_the_limits(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "roster.yaml").write_text(FULL)
+    assert main(["doctor", "--project", str(project)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:5] == ["limits: depth 4", "limits coder: calls 200",
+                        "limits planner -> coder: calls 50, concurrent 2, per_minute 20",
+                        "limits coder -> deployer: approve (10m)"]
+    assert main(["doctor", "--project", str(project), "--json"]) == 0
+
+
+    bounds = json.loads(capsys.readouterr().out)["bounds"]
+    assert bounds["depth"] == 4 and bounds["edges"][1] == {
+        "from": "coder", "to": "deployer", "approve": True, "approve_timeout": 600.0}
