@@ -26,6 +26,8 @@ TASK_METHODS: frozenset[str] = frozenset(
 )
 OPERATOR_METHODS: frozenset[str] = TASK_METHODS | {
     "murmur.WatchSession", "murmur.StopSession", "resources/files", "AgentCard",
+    # Approvals along edges with approve: true (docs/bounds.md).
+    "murmur.ApproveTask", "murmur.DenyTask", "murmur.ListApprovals",
 }
 #: ``GET /metrics`` (docs/metrics.md): the operator's, and a declared credential's that
 #: names it; never a formation token's.

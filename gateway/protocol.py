@@ -72,6 +72,10 @@ TRUST_HEADER: Final = "x-murmur-task-trust"
 #: The depth of a member call (its calling task's depth plus one), stamped by the
 #: caller's runtime; an operator's or a client's task is depth 0 (docs/bounds.md).
 CALL_DEPTH_HEADER: Final = "x-murmur-call-depth"
+#: The metadata key of the status message of a task that waits for the operator's
+#: approval (``approve: true`` on its edge): call-member keeps waiting on such a task,
+#: where any other ``TASK_STATE_AUTH_REQUIRED`` ends the call (docs/bounds.md).
+APPROVAL_METADATA_KEY: Final = "murmurApproval"
 
 # --------------------------------------------------------------------------------------
 # The door's routes

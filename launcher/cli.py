@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "launcher.commands.admission",  # doctor, explain
     "launcher.commands.running",    # run, stop, ps, send, cancel, logs, trace
     "launcher.commands.observing",  # graph
+    "launcher.commands.approvals",  # approve, deny, approvals
 )
 
 Handler = Callable[[argparse.Namespace], int]

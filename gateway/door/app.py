@@ -43,13 +43,13 @@ from gateway.door.local_methods import LocalMethods
 from gateway.door.methods import A2AMethods
 from gateway.door.rest_binding import RestBinding
 from gateway.door.streams import StreamLimits
+from gateway.door.task_listeners import TaskListener
 from gateway.door.task_record import new_id
 from gateway.door.tasks import (
     DEFAULT_MAX_FINISHED,
     DEFAULT_MAX_FINISHED_BYTES,
     AgentFn,
     GateConfig,
-    TaskListener,
     TaskStore,
     acts_as_operator,
 )

@@ -24,6 +24,7 @@ from gateway.a2a.models import (
     SubscribeToTaskRequest,
 )
 from gateway.caller import Caller
+from gateway.door.approvals import Approvals
 from gateway.door.methods import A2AMethods, send_message_request, validate_params
 from gateway.door.streams import StreamBook
 from gateway.door.task_record import StreamEvent, TaskRecord
@@ -43,6 +44,9 @@ class LocalMethods(A2AMethods):
                  streams: StreamBook | None = None) -> None:
         super().__init__(trace, stop=stop, streams=streams)
         self._store = store
+
+    def _approvals(self) -> Approvals:
+        return self._store.approvals
 
     # --- A2A methods -------------------------------------------------------------------
 

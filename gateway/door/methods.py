@@ -33,6 +33,7 @@ from pydantic import BaseModel, ValidationError
 from gateway.a2a.jsonrpc import RpcError, invalid_params
 from gateway.a2a.models import SendMessageRequest
 from gateway.caller import PUSH_METHODS, Caller
+from gateway.door.approvals import Approvals
 from gateway.door.streams import StreamBook, StreamTicket
 from gateway.door.tasks import acts_as_operator
 from gateway.trace.bus import TraceBus
@@ -83,6 +84,9 @@ class A2AMethods(ABC):
             "CancelTask": self.cancel_task,
             "ListTasks": self.list_tasks,
             "murmur.StopSession": self.stop_session,
+            "murmur.ApproveTask": self.approve_task,
+            "murmur.DenyTask": self.deny_task,
+            "murmur.ListApprovals": self.list_approvals,
         }
         self._streaming: dict[str, Streaming] = {
             "SendStreamingMessage": self.send_streaming_message,
@@ -145,6 +149,33 @@ class A2AMethods(ABC):
         asyncio.get_running_loop().call_soon(self._stop, "stop_session")
         return {"stopping": True}
 
+    async def approve_task(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        """``murmur.ApproveTask {id}``: a task waiting for the operator runs."""
+        _operator_only(caller, "murmur.ApproveTask")
+        record = self._approvals().approve(_approval_id(params), "operator")
+        return record.snapshot(0)
+
+    async def deny_task(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        """``murmur.DenyTask {id, reason}``: a task waiting for the operator is rejected."""
+        _operator_only(caller, "murmur.DenyTask")
+        reason = params.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise RpcError("INVALID_PARAMS", "reason: text, when given")
+        record = self._approvals().deny(_approval_id(params), "operator",
+                                        reason.strip()[:1000] if reason else None)
+        return record.snapshot(0)
+
+    async def list_approvals(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        """``murmur.ListApprovals``: the tasks waiting for the operator here."""
+        _operator_only(caller, "murmur.ListApprovals")
+        return {"approvals": self._approvals().pending()}
+
+    def _approvals(self) -> Approvals:
+        """The door's waiting tasks; a door whose tasks are not its own (a gateway
+        member's) holds none."""
+        raise RpcError("UNSUPPORTED_OPERATION", "this door holds no task for approval "
+                                                "(a gateway member's tasks are its upstream's)")
+
     async def watch_session(self, params: dict[str, Any],
                             caller: Caller) -> AsyncIterator[dict[str, Any]]:
         _operator_only(caller, "murmur.WatchSession")
@@ -162,6 +193,13 @@ class A2AMethods(ABC):
 def _operator_only(caller: Caller, method: str) -> None:
     if not acts_as_operator(caller):
         raise RpcError("METHOD_NOT_FOUND", f"{method} is served to the session's operator only")
+
+
+def _approval_id(params: dict[str, Any]) -> str:
+    task_id = params.get("id")
+    if not isinstance(task_id, str) or not task_id or len(task_id) > 256:
+        raise RpcError("INVALID_PARAMS", "id: the id of a task waiting for approval")
+    return task_id
 
 
 def _unknown_method(method: str) -> RpcError:

@@ -37,8 +37,10 @@ from gateway.a2a.jsonrpc import RpcError, member_busy
 from gateway.a2a.models import ListTasksRequest
 from gateway.auth.edge_limits import EDGE_CALL
 from gateway.caller import Caller
+from gateway.door.approvals import Approvals
 from gateway.door.listing import page_of
 from gateway.door.retention import FinishedTasks, json_weight
+from gateway.door.task_listeners import TaskListeners
 from gateway.door.task_record import StreamEvent, TaskRecord, agent_message, message_text, new_id
 from gateway.errors import GatewayError
 from gateway.protocol import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
@@ -48,9 +50,10 @@ from gateway.trace.context import INCOMING_TRACEPARENT, task_span
 log = logging.getLogger("murmur.door")
 
 AgentFn = Callable[["TaskRun"], Awaitable[str | None]]
-TaskListener = Callable[[dict[str, Any]], None]
 
 RESULT_ARTIFACT_NAME = "result"
+#: Seconds a task waits for the operator when its edge names no ``approve_timeout``.
+DEFAULT_APPROVE_TIMEOUT = 600.0
 #: Ended tasks kept, at most, and the bytes they may hold together (docs/door.md, "Tasks").
 DEFAULT_MAX_FINISHED = 10_000
 DEFAULT_MAX_FINISHED_BYTES = 64 * 1024 * 1024
@@ -93,43 +96,6 @@ _REASONED_STATES: frozenset[str] = frozenset({
     TaskState.FAILED, TaskState.REJECTED, TaskState.CANCELED, *INTERRUPTED_STATES})
 
 
-class TaskListeners:
-    """Who hears that the session should stop, and of each task that ends: the same for
-    a door's own tasks (:class:`TaskStore`) and a gateway member's (the relay)."""
-
-    def __init__(self) -> None:
-        self._stop_listeners: list[Callable[[str], None]] = []
-        self._task_listeners: list[TaskListener] = []
-        self._stop_reason: str | None = None
-
-    def on_stop(self, listener: Callable[[str], None]) -> None:
-        """Call ``listener(reason)`` once when the session is asked to stop."""
-        self._stop_listeners.append(listener)
-
-    def on_task_end(self, listener: TaskListener) -> None:
-        """Call ``listener(task)`` with the final Task each time a task ends."""
-        self._task_listeners.append(listener)
-
-    def request_stop(self, reason: str) -> None:
-        """Ask the session to stop (the first reason wins; later requests change nothing)."""
-        if self._stop_reason is not None:
-            return
-        self._stop_reason = reason
-        for listener in self._stop_listeners:
-            try:
-                listener(reason)
-            except Exception:  # every listener hears of the stop
-                log.exception("stop listener %r failed", listener)
-
-    def tell_task_end(self, final: dict[str, Any]) -> None:
-        """Every task-end listener hears of ``final``, whichever of them fails."""
-        for listener in self._task_listeners:
-            try:
-                listener(final)
-            except Exception:  # a listener's failure must not stop the task's end
-                log.exception("task-end listener %r failed", listener)
-
-
 class TaskStore(TaskListeners):
     """Every task of one door, the gate in front of them and the executor behind them."""
 
@@ -148,6 +114,9 @@ class TaskStore(TaskListeners):
         self._accepted = 0
         self._ended = 0
         self._accepting = True
+        #: Tasks that wait for the operator (approve: true on their edge).
+        self.approvals = Approvals(trace, set_state=self._set_state, run=self._run_approved,
+                                   busy_retry_ms=gate.retry_after_ms)
 
     # --- queries ---------------------------------------------------------------------
 
@@ -212,8 +181,11 @@ class TaskStore(TaskListeners):
         if (not self._accepting or self.held >= gate.holds
                 or (gate.task_acceptance == "single" and self._accepted >= 1)):
             raise member_busy(gate.retry_after_ms)
-        record = TaskRecord(message, caller, metadata)
         edge = EDGE_CALL.get()
+        waits = edge is not None and edge.limits is not None and edge.limits.approve
+        if waits:
+            self.approvals.check_room()
+        record = TaskRecord(message, caller, metadata)
         if edge is not None:        # a member's call through the door's EdgeGuard
             record.depth = edge.depth
             record.edge = edge
@@ -236,6 +208,10 @@ class TaskStore(TaskListeners):
                              trace_id=span.trace_id, span_id=span.span_id,
                              parent_span_id=span.parent_span_id)
         self._trace.emit("task_state", task_id=record.id, state=record.state)
+        if waits and edge is not None and edge.limits is not None:
+            self.approvals.hold(record, edge.caller,
+                                edge.limits.approve_timeout or DEFAULT_APPROVE_TIMEOUT)
+            return record
         if len(self._running) < gate.concurrency:
             self._start(record)
         else:
@@ -302,8 +278,9 @@ class TaskStore(TaskListeners):
         self._accepting = False
 
     def refuse_queued(self, reason: str = "the member is shutting down") -> int:
-        """End every waiting task TASK_STATE_REJECTED; returns how many there were."""
-        refused = 0
+        """End every waiting task TASK_STATE_REJECTED (those waiting for the operator
+        too); returns how many there were."""
+        refused = self.approvals.refuse_all(reason)
         while self._queue:
             record = self._queue.popleft()
             self._set_state(record, TaskState.REJECTED,
@@ -325,6 +302,14 @@ class TaskStore(TaskListeners):
             await asyncio.wait(runners)
 
     # --- the executor ------------------------------------------------------------------
+
+    def _run_approved(self, record: TaskRecord) -> None:
+        """A task the operator approved goes through the gate as a new one would; past
+        ``concurrency`` it queues (it was accepted already, so past ``queue_depth`` too)."""
+        if len(self._running) < self.gate.concurrency:
+            self._start(record)
+        else:
+            self._queue.append(record)
 
     def _start(self, record: TaskRecord) -> None:
         self._running.add(record)
@@ -410,6 +395,8 @@ class TaskStore(TaskListeners):
             self._ended += 1
             if record.edge is not None:
                 record.edge.task_ended()
+                if len(self.approvals):
+                    self.approvals.ended(record)
             if self.gate.after_task == "exit":
                 self._accepting = False  # the session ends after this task: take no other
             for queue in record.subscribers:

@@ -24,7 +24,13 @@ from typing import Any, Final
 import httpx
 
 from gateway.errors import GatewayError
-from gateway.protocol import A2A_VERSION, INTERRUPTED_STATES, TERMINAL_STATES
+from gateway.protocol import (
+    A2A_VERSION,
+    APPROVAL_METADATA_KEY,
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
+    TaskState,
+)
 from gateway.proxy.call_failed import ERROR, REFUSED, TRANSPORT_ERROR, CallFailed
 from gateway.proxy.egress import virtual_address
 from gateway.proxy.formation_client import FormationClient
@@ -277,8 +283,20 @@ def _stream_event(data: str) -> dict[str, Any]:
 
 
 def is_final(task_or_update: Mapping[str, Any]) -> bool:
+    """Whether a call's wait ends here: an ended task, or one that waits for what the
+    caller cannot give; a task waiting for the operator's approval is waited on."""
     state = task_state(task_or_update)
+    if state == TaskState.AUTH_REQUIRED and awaits_approval(task_or_update):
+        return False
     return state in TERMINAL_STATES or state in INTERRUPTED_STATES
+
+
+def awaits_approval(task_or_update: Mapping[str, Any]) -> bool:
+    """Whether the status says the task waits for the operator (docs/bounds.md)."""
+    status = task_or_update.get("status")
+    message = status.get("message") if isinstance(status, Mapping) else None
+    metadata = message.get("metadata") if isinstance(message, Mapping) else None
+    return isinstance(metadata, Mapping) and metadata.get(APPROVAL_METADATA_KEY) == "waiting"
 
 
 def task_state(task: Mapping[str, Any]) -> str:

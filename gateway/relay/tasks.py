@@ -58,8 +58,9 @@ from gateway.door.app import OPERATOR_CALLER, Door, DoorSettings
 from gateway.door.card import CardInfo, CardRoute, merged_card
 from gateway.door.methods import A2AMethods
 from gateway.door.retention import FinishedTasks, json_weight
+from gateway.door.task_listeners import TaskListeners
 from gateway.door.task_record import new_id
-from gateway.door.tasks import TaskListeners, acts_as_operator
+from gateway.door.tasks import acts_as_operator
 from gateway.metrics import DoorMetrics
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.relay.client import UpstreamClient, UpstreamError

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,10 @@ from tests.support.formation import (
     ECHO_AGENT,
     install_capsule,
     kill_group_quietly,
+    launcher_env,
     member_traces,
+    mur,
+    read_formation_line,
     start_launcher,
     write_capsule,
     write_roster,
@@ -244,3 +248,103 @@ def test_a_forged_call_depth_never_reaches_the_callee(
                 if record["event"] == "a2a_task_received"]
     # Both arrived as the runtime stamped them: one call deep, not 7 (or 9).
     assert [record["depth"] for record in received] == [1, 1]
+
+
+# --------------------------------------------------------------------------- approvals
+
+def approval_project(tmp_path: Path, timeout: str = "10m") -> Path:
+    project = simple_project(tmp_path, ["boss", "deployer"], entry="boss",
+                             reachability={"boss": ["deployer"]},
+                             agents={"boss": BOSS_AGENT})
+    version_2(project, rules="reachability:\n  - from: boss\n    to: [deployer]\n"
+                             f"    approve: true\n    approve_timeout: {timeout}\n")
+    return project
+
+
+def waiting(formation_id: str, env: dict[str, str]) -> list[dict[str, object]]:
+    """``mur approvals --json``'s rows, once one is there (at most 30 s)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listed = mur("approvals", formation_id, "--json", env=env)
+        assert listed.returncode == 0, listed.stderr
+        rows = json.loads(listed.stdout)["approvals"]
+        if rows:
+            return list(rows)
+        time.sleep(0.2)
+    raise AssertionError("no call waited for approval")
+
+
+def one_call_waiting(tmp_path: Path, murmur_home: Path,
+                     launched: list[subprocess.Popen[bytes]]
+                     ) -> tuple[subprocess.Popen[bytes], str, dict[str, object], dict[str, str]]:
+    """A formation whose boss's one call to the deployer waits for approval: the
+    launcher, the formation id, the call's row in ``mur approvals``, the environment."""
+    project = approval_project(tmp_path)
+    env = launcher_env(MURMUR_HOME=str(murmur_home))
+    process = start_launcher(project, "--json", "--task",
+                             json.dumps({"to": "deployer", "calls": 1}), env=env)
+    launched.append(process)
+    formation_id = read_formation_line(process)["formation_id"]
+    [row] = waiting(formation_id, env)
+    return process, formation_id, row, env
+
+
+def finish(process: subprocess.Popen[bytes]) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=60)
+    return process.returncode, out.decode(), err.decode()
+
+
+def test_an_approved_call_waits_in_auth_required_until_mur_approve(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    process, formation_id, row, env = one_call_waiting(tmp_path, murmur_home, launched)
+    assert (row["member"], row["caller"], row["text"]) == ("deployer", "boss", "call 0")
+    human = mur("approvals", formation_id, env=env)
+    assert "deployer" in human.stdout and "boss" in human.stdout and "call 0" in human.stdout
+    task_id = str(row["taskId"])
+    approved = mur("approve", formation_id, "deployer", task_id, env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert f"approved task {task_id} at member deployer" in approved.stdout
+    code, out, err = finish(process)
+    assert code == 0, err
+    assert json.loads(out.splitlines()[0]) == ["deployer: call 0"]
+    records = member_traces(paths.records_root())["deployer"]
+    states = [r["state"] for r in records if r["event"] == "task_state"
+              and r["task_id"] == task_id]
+    assert states[:3] == ["TASK_STATE_SUBMITTED", "TASK_STATE_AUTH_REQUIRED",
+                          "TASK_STATE_SUBMITTED"] and states[-1] == "TASK_STATE_COMPLETED"
+    decisions = [(r["decision"], r.get("by")) for r in records if r["event"] == "approval"]
+    assert decisions == [("waiting", None), ("approved", "operator")]
+    # Asked again, the task no longer waits.
+    again = mur("approve", formation_id, "deployer", task_id, env=env)
+    assert again.returncode == 1
+
+
+def test_mur_deny_rejects_the_call_with_the_reason(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    process, formation_id, row, env = one_call_waiting(tmp_path, murmur_home, launched)
+    denied = mur("deny", formation_id, "deployer", str(row["taskId"]), "--reason",
+                 "not on a Friday", env=env)
+    assert denied.returncode == 0, denied.stderr
+    code, out, err = finish(process)
+    assert code == 0, err
+    [result] = json.loads(out.splitlines()[0])
+    assert result.startswith("failed: ") and "not on a Friday" in result, result
+    assert "REJECTED" in result.upper()
+    records = member_traces(paths.records_root())["deployer"]
+    assert [(r["decision"], r.get("reason")) for r in records if r["event"] == "approval"][-1] \
+        == ("denied", "not on a Friday")
+    # The deployer's agent never ran it.
+    assert [r["state"] for r in records if r["event"] == "task_state"] == [
+        "TASK_STATE_SUBMITTED", "TASK_STATE_AUTH_REQUIRED", "TASK_STATE_REJECTED"]
+
+
+def test_approve_timeout_rejects_a_call_nobody_decided(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    project = approval_project(tmp_path, timeout="2s")
+    code, out, err = run_task(project, launched, json.dumps({"to": "deployer", "calls": 1}))
+    assert code == 0, err
+    [result] = json.loads(answer(out))
+    assert "No approval within 2 s (approve_timeout" in result, result
+    records = member_traces(paths.records_root())["deployer"]
+    assert [r["decision"] for r in records if r["event"] == "approval"] == [
+        "waiting", "timed_out"]

@@ -1,0 +1,54 @@
+"""Who hears of a door's tasks: :class:`TaskListeners`, shared by a door's own tasks
+(:class:`gateway.door.tasks.TaskStore`) and a gateway member's (the relay). In order:
+the stop listeners (the session should end, once, the first reason winning), then the
+task-end listeners (each final Task), each listener's failure logged and never passed
+on."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["TaskListener", "TaskListeners"]
+
+log = logging.getLogger("murmur.door")
+
+TaskListener = Callable[[dict[str, Any]], None]
+
+
+class TaskListeners:
+    """Who hears that the session should stop, and of each task that ends: the same for
+    a door's own tasks (:class:`TaskStore`) and a gateway member's (the relay)."""
+
+    def __init__(self) -> None:
+        self._stop_listeners: list[Callable[[str], None]] = []
+        self._task_listeners: list[TaskListener] = []
+        self._stop_reason: str | None = None
+
+    def on_stop(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(reason)`` once when the session is asked to stop."""
+        self._stop_listeners.append(listener)
+
+    def on_task_end(self, listener: TaskListener) -> None:
+        """Call ``listener(task)`` with the final Task each time a task ends."""
+        self._task_listeners.append(listener)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the session to stop (the first reason wins; later requests change nothing)."""
+        if self._stop_reason is not None:
+            return
+        self._stop_reason = reason
+        for listener in self._stop_listeners:
+            try:
+                listener(reason)
+            except Exception:  # every listener hears of the stop
+                log.exception("stop listener %r failed", listener)
+
+    def tell_task_end(self, final: dict[str, Any]) -> None:
+        """Every task-end listener hears of ``final``, whichever of them fails."""
+        for listener in self._task_listeners:
+            try:
+                listener(final)
+            except Exception:  # a listener's failure must not stop the task's end
+                log.exception("task-end listener %r failed", listener)
