@@ -222,12 +222,17 @@ class Door:
         #: front of both, and CORS in front of all when the policy names origins.
         guarded: ASGIApp = self.inner_app
         if policy.bounds is not None and policy.bounds.bounded:
-            guarded = EdgeGuard(self.inner_app, policy.bounds,
-                                on_refusal=self.metrics.bound_refusal)
+            guarded = EdgeGuard(self.inner_app, policy.bounds, on_refusal=self._bound_refused)
         self.app: ASGIApp = RequestMetrics(DoorAuth(guarded, policy, self.metrics),
                                            self.metrics)
         if policy.allow_origins:
             self.app = Cors(self.app, policy.allow_origins)
+
+    def _bound_refused(self, error: str, caller: str, limit: str, value: int) -> None:
+        """A call EdgeGuard refused or slowed: counted, and a ``limit_reached`` record."""
+        self.metrics.bound_refusal(error, caller, limit, value)
+        self.trace.emit("limit_reached", caller=caller, limit=limit, value=value,
+                        error=error)
 
     @property
     def store(self) -> TaskStore:

@@ -46,11 +46,14 @@ def starts_task(request: httpx.Request, body: bytes) -> bool:
 class CallBounds:
     """A member's ``limits.calls`` and the depth of its calls (see the module text)."""
 
-    __slots__ = ("_calls", "_depth_of", "made")
+    __slots__ = ("_calls", "_depth_of", "_on_limit", "made")
 
-    def __init__(self, *, calls: int | None = None, depth_of: DepthOf | None = None) -> None:
+    def __init__(self, *, calls: int | None = None, depth_of: DepthOf | None = None,
+                 on_limit: Callable[[int], None] | None = None) -> None:
         self._calls = calls
         self._depth_of = depth_of
+        #: ``on_limit(calls)``: a call refused at the limit (the trace, the metrics).
+        self._on_limit = on_limit
         #: Task-starting calls made so far.
         self.made = 0
 
@@ -59,6 +62,8 @@ class CallBounds:
         if self._calls is None or not starts_task(request, body):
             return
         if self.made >= self._calls:
+            if self._on_limit is not None:
+                self._on_limit(self._calls)
             raise CallLimitReached(self._calls, request=request)
         self.made += 1
 

@@ -16,7 +16,10 @@ In this order:
 4. a call along no admitted edge is a :class:`Violation`, and so is an
    ``a2a_task_received`` whose two caller fields disagree (a door writes both from the
    one verified token, so only an edited trace holds such a record); the report lists
-   each one.
+   each one;
+5. the bounds of a version 2 roster (docs/bounds.md) are reported as they held: each
+   ``limit_reached`` record (a door's refusal or slowing of a call, or a member's own
+   ``limits.calls``) and each decided ``approval`` (who decided, when, after how long).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from launcher.errors import LauncherError
 from launcher.home.formations import read_formation_marker
 from launcher.home.trace import find_formation_traces, numbered_records
 
-__all__ = ["AuditRefused", "AuditReport", "Violation", "audit", "render_report"]
+__all__ = ["AuditRefused", "AuditReport", "BoundHeld", "Violation", "audit", "render_report"]
 
 Edge = tuple[str, str]
 
@@ -57,6 +60,24 @@ class Violation:
 
 
 @dataclass(frozen=True)
+class BoundHeld:
+    """A bound that held: a ``limit_reached`` record, or an ``approval`` decided."""
+
+    trace: str
+    line: int
+    ts: str
+    event: str
+    caller: str
+    callee: str
+    #: ``limit_reached``: the limit (``calls``, ``depth``, ``member.calls``, ...) and the
+    #: refusal (``limit_reached``, ``depth_exceeded``, ``rate_limited``); ``approval``:
+    #: the decision and who made it.
+    what: str
+    detail: str
+    task_id: str = ""
+
+
+@dataclass(frozen=True)
 class AuditReport:
     formation_id: str
     edges: tuple[Edge, ...]
@@ -65,12 +86,16 @@ class AuditReport:
     traces_read: int
     calls_checked: int
     violations: tuple[Violation, ...]
+    limits_reached: tuple[BoundHeld, ...] = ()
+    approvals: tuple[BoundHeld, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"formation_id": self.formation_id, "ok": not self.violations,
                 "edges": [{"from": caller, "to": callee} for caller, callee in self.edges],
                 "traces_read": self.traces_read, "calls_checked": self.calls_checked,
-                "violations": [asdict(violation) for violation in self.violations]}
+                "violations": [asdict(violation) for violation in self.violations],
+                "limits_reached": [asdict(held) for held in self.limits_reached],
+                "approvals": [asdict(held) for held in self.approvals]}
 
 
 def audit(formation_id: str) -> AuditReport:
@@ -90,8 +115,12 @@ def audit(formation_id: str) -> AuditReport:
     traces = find_formation_traces(formation_id)
     checked = 0
     violations: list[Violation] = []
+    held: dict[str, list[BoundHeld]] = {"limit_reached": [], "approval": []}
     for member, path in traces:
         for line, record in _numbered_records(path):
+            bound = _bound_of(member, path, line, record)
+            if bound is not None:
+                held[bound.event].append(bound)
             call = _call_of(member, record)
             if call is None:
                 continue
@@ -102,7 +131,31 @@ def audit(formation_id: str) -> AuditReport:
                     trace=str(path), line=line, ts=str(record.get("ts", "")),
                     event=str(record.get("event")), caller=call[0], callee=call[1],
                     task_id=str(record.get("task_id") or ""), problem=problem))
-    return AuditReport(formation_id, marker.edges, len(traces), checked, tuple(violations))
+    return AuditReport(formation_id, marker.edges, len(traces), checked, tuple(violations),
+                       tuple(sorted(held["limit_reached"], key=lambda b: b.ts)),
+                       tuple(sorted(held["approval"], key=lambda b: b.ts)))
+
+
+def _bound_of(member: str, path: Path, line: int,
+              record: dict[str, Any]) -> BoundHeld | None:
+    """A ``limit_reached`` record, or an ``approval`` that was decided, as the report
+    lists it; None for any other record."""
+    event = record.get("event")
+    text = {key: str(record.get(key) or "") for key in (
+        "caller", "limit", "value", "error", "decision", "by", "reason", "waited_ms")}
+    if event == "limit_reached":
+        own = text["limit"].startswith("member.")   # the member's own limit: no callee
+        return BoundHeld(str(path), line, str(record.get("ts", "")), event,
+                         member if own else text["caller"], "-" if own else member,
+                         f"{text['limit']} {text['value']}", text["error"],
+                         str(record.get("task_id") or ""))
+    if event == "approval" and text["decision"] not in ("", "waiting"):
+        detail = f"by {text['by']} after {text['waited_ms'] or '?'} ms"
+        if text["reason"]:
+            detail += f": {text['reason']}"
+        return BoundHeld(str(path), line, str(record.get("ts", "")), event, text["caller"],
+                         member, text["decision"], detail, str(record.get("task_id") or ""))
+    return None
 
 
 def _numbered_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -162,6 +215,14 @@ def render_report(report: AuditReport) -> str:
              f"{escape_control(v.task_id) or '-'} at {escape_control(v.ts)}, "
              f"{escape_control(v.trace)}:{v.line})"
              for v in report.violations]
+    lines += [f"limit: {escape_control(b.caller)} → {escape_control(b.callee)} "
+              f"{escape_control(b.what)}: {escape_control(b.detail)}  (at "
+              f"{escape_control(b.ts)}, {escape_control(b.trace)}:{b.line})"
+              for b in report.limits_reached]
+    lines += [f"approval: {escape_control(b.caller)} → {escape_control(b.callee)} task "
+              f"{escape_control(b.task_id) or '-'} {escape_control(b.what)} "
+              f"{escape_control(b.detail)}  (at {escape_control(b.ts)})"
+              for b in report.approvals]
     edges = len(report.edges)
     traces = report.traces_read
     calls = (f"{report.calls_checked} call{'s' * (report.calls_checked != 1)} checked in "
@@ -173,4 +234,9 @@ def render_report(report: AuditReport) -> str:
     else:
         lines.append(f"mur audit: {report.formation_id}: {calls}, all along the {edges} "
                      f"admitted edge{'s' * (edges != 1)}")
+    held = [(len(report.limits_reached), "limit reached", "limits reached"),
+            (len(report.approvals), "approval decided", "approvals decided")]
+    said = [f"{count} {one if count == 1 else many}" for count, one, many in held if count]
+    if said:
+        lines[-1] += "; " + ", ".join(said)
     return "\n".join(lines) + "\n"

@@ -17,7 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
 
+from gateway.auth.edge_limits import EdgeLimits
+from launcher.admission.bounds import edge_label
 from launcher.admission.roster import AdmittedRoster
+from launcher.home.formations import read_formation_marker
 from launcher.home.paths import records_root
 from launcher.home.trace import read_trace, session_label
 
@@ -34,6 +37,8 @@ class Graph:
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: Delegations along an edge from a member to its ``child:<capsule-name>``.
     delegations: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: A version 2 roster's bounds on an edge, as doctor words them (docs/bounds.md).
+    limits: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def label(self, member: str) -> str:
         text = member + (" (entry)" if member == self.entry else "")
@@ -43,18 +48,39 @@ class Graph:
         return text
 
     def edge_label(self, edge: tuple[str, str]) -> str:
+        limits = self.limits.get(edge, "")
         if self.tasks is None:
-            return ""
+            return limits
         if edge in self.delegations:
             count = self.delegations[edge]
             return f"{count} delegation{'s' if count != 1 else ''}"
         count = self.calls[edge]
-        return f"{count} call{'s' if count != 1 else ''}"
+        calls = f"{count} call{'s' if count != 1 else ''}"
+        return f"{calls} · {limits}" if limits else calls
 
 
 def roster_graph(admitted: AdmittedRoster) -> Graph:
     return Graph(members=[member.name for member in admitted.members],
-                 entry=admitted.entry.name, edges=admitted.ordered_edges())
+                 entry=admitted.entry.name, edges=admitted.ordered_edges(),
+                 limits={edge: edge_label(limits)
+                         for edge, limits in admitted.bounds.edges.items()})
+
+
+def _marker_limits(formation_id: str) -> dict[tuple[str, str], str]:
+    """The edges' bounds that formation.json recorded at launch (version 2 only)."""
+    marker = read_formation_marker(formation_id)
+    edges = (marker.bounds or {}).get("edges") if marker is not None else None
+    labels: dict[tuple[str, str], str] = {}
+    for edge in edges if isinstance(edges, list) else ():
+        if not isinstance(edge, dict):
+            continue
+        try:
+            limits = EdgeLimits.from_wire({key: value for key, value in edge.items()
+                                           if key not in ("from", "to")})
+        except ValueError:
+            continue
+        labels[(str(edge.get("from")), str(edge.get("to")))] = edge_label(limits)
+    return labels
 
 
 def formation_graph(formation_id: str) -> Graph | None:
@@ -96,7 +122,7 @@ def formation_graph(formation_id: str) -> Graph | None:
                   if f"formations/{formation_id}/" not in f"{first.get('workdir', '')}/"
                   and not first.get("parent_session")), None)
     return Graph(members=members, entry=entry, edges=edges, tasks=tasks, calls=calls,
-                 delegations=delegations)
+                 delegations=delegations, limits=_marker_limits(formation_id))
 
 
 def _callees(first: dict[str, object]) -> Iterable[object]:

@@ -299,7 +299,9 @@ class Launch:
                                    project_dir=self.admitted.project_dir,
                                    launcher_pid=os.getpid(),
                                    launcher_start=process_start_time(os.getpid()),
-                                   edges=self.admitted.ordered_edges())
+                                   edges=self.admitted.ordered_edges(),
+                                   bounds=self.admitted.bounds.to_json()
+                                   if self.admitted.bounds.version == 2 else None)
         except OSError as exc:
             say(format_no_marker_warning(exc.strerror or str(exc)))
         for peer in self.admitted.peers:

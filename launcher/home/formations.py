@@ -68,6 +68,9 @@ class FormationMarker:
     #: The roster edges admitted at launch, (caller, callee) in roster order; ``None``
     #: when the marker holds none (written before ``mur audit`` existed, or damaged).
     edges: tuple[tuple[str, str], ...] | None = None
+    #: A version 2 roster's bounds as admitted (``FormationBounds.to_json``), for
+    #: ``mur graph``'s labels; ``None`` for a version 1 roster.
+    bounds: dict[str, Any] | None = None
 
     def launcher_alive(self) -> bool:
         return pid_alive(self.launcher_pid, self.launcher_start or None)
@@ -75,7 +78,8 @@ class FormationMarker:
 
 def write_formation_marker(formation_id: str, *, project_dir: str | os.PathLike[str],
                            launcher_pid: int, launcher_start: str | None,
-                           edges: Iterable[tuple[str, str]] = ()) -> Path:
+                           edges: Iterable[tuple[str, str]] = (),
+                           bounds: dict[str, Any] | None = None) -> Path:
     """Write ``formation.json`` (mode 0600, created, never replaced). Call it before the
     first peer directory. ``edges`` are the admitted roster's, which ``mur audit`` checks
     the traces against. On OSError the launcher launches anyway and prints
@@ -84,6 +88,8 @@ def write_formation_marker(formation_id: str, *, project_dir: str | os.PathLike[
     data = {"project_dir": os.path.realpath(project_dir), "launcher_pid": launcher_pid,
             "launcher_start": launcher_start or "",
             "edges": [{"from": caller, "to": callee} for caller, callee in edges]}
+    if bounds:
+        data["bounds"] = bounds
     write_new(path, json.dumps(data, indent=2).encode("utf-8") + b"\n")
     return path
 
@@ -105,8 +111,10 @@ def read_formation_marker(formation_id: str) -> FormationMarker | None:
         return None
     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, str):
         return None
+    bounds = data.get("bounds")
     return FormationMarker(project_dir=project, launcher_pid=pid, launcher_start=start,
-                           edges=_marker_edges(data.get("edges")))
+                           edges=_marker_edges(data.get("edges")),
+                           bounds=bounds if isinstance(bounds, dict) else None)
 
 
 def _marker_edges(value: Any) -> tuple[tuple[str, str], ...] | None:

@@ -60,7 +60,14 @@ def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
                        **span.fields())
         return traceparent(span)
 
-    call_bounds = None if bounds is None else CallBounds(calls=bounds[0], depth_of=bounds[1])
+    def on_limit(calls: int) -> None:
+        trace.emit("limit_reached", task_id=_CURRENT_TASK.get(), limit="member.calls",
+                   value=calls, error="limit_reached")
+        if metrics is not None:
+            metrics.bound_refusal("limit_reached", "self", "member.calls", calls)
+
+    call_bounds = None if bounds is None else CallBounds(
+        calls=bounds[0], depth_of=bounds[1], on_limit=on_limit)
     return FormationTransport(_FirstUse(make_inner), tokens=tokens, doors=doors,
                               allow=allow, on_call=on_request, metrics=metrics,
                               bounds=call_bounds)

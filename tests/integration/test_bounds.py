@@ -144,6 +144,10 @@ def test_a_runaway_loop_between_two_members_ends_at_limits_depth(
     depths = sorted(record["depth"] for name in ("ping", "pong") for record in traces[name]
                     if record["event"] == "a2a_task_received")
     assert depths == [1, 2, 3, 4]
+    # The refusal is in the refusing door's trace: ping's, which pong called fifth.
+    [refused] = [record for record in traces["ping"] if record["event"] == "limit_reached"]
+    assert (refused["caller"], refused["limit"], refused["value"], refused["error"]) == (
+        "pong", "depth", 4, "depth_exceeded")
 
 
 def test_an_edge_over_calls_is_refused_naming_the_limit(
@@ -159,6 +163,20 @@ def test_an_edge_over_calls_is_refused_naming_the_limit(
     assert first == "worker: call 0" and second == "worker: call 1"
     assert third.startswith("failed: ") and "limit_reached" in third, third
     assert "made its 2 calls along this edge (limits.calls" in third
+    [refused] = [record for record in member_traces(paths.records_root())["worker"]
+                 if record["event"] == "limit_reached"]
+    assert (refused["caller"], refused["limit"], refused["error"]) == (
+        "boss", "calls", "limit_reached")
+    # mur audit reports the limit that held, with its place in the trace.
+    formation_id = json.loads(out.splitlines()[0])["formation_id"]
+    audited = mur("audit", formation_id)
+    assert audited.returncode == 0, audited.stderr
+    assert "limit: boss → worker calls 2: limit_reached  (at " in audited.stdout
+    assert audited.stdout.rstrip().endswith("; 1 limit reached"), audited.stdout
+    report = json.loads(mur("audit", formation_id, "--json").stdout)
+    assert [(held["caller"], held["callee"], held["what"], held["detail"])
+            for held in report["limits_reached"]] == [
+        ("boss", "worker", "calls 2", "limit_reached")]
 
 
 def test_concurrent_holds_and_the_calls_over_it_wait_and_succeed(
@@ -204,9 +222,12 @@ def test_a_members_own_calls_limit_refuses_before_any_connection(
     first, second = json.loads(answer(out))
     assert first == "worker: call 0"
     assert "made its 1 member calls (its limits.calls" in second, second
-    received = [record for record in member_traces(paths.records_root())["worker"]
+    traces = member_traces(paths.records_root())
+    received = [record for record in traces["worker"]
                 if record["event"] == "a2a_task_received"]
     assert len(received) == 1
+    [refused] = [record for record in traces["boss"] if record["event"] == "limit_reached"]
+    assert (refused["limit"], refused["value"]) == ("member.calls", 1)
 
 
 #: Two SendMessage calls to the worker, each with a forged depth: one through
@@ -317,6 +338,15 @@ def test_an_approved_call_waits_in_auth_required_until_mur_approve(
     # Asked again, the task no longer waits.
     again = mur("approve", formation_id, "deployer", task_id, env=env)
     assert again.returncode == 1
+    # mur graph of the formation that ran: its call, and the edge's bound.
+    picture = mur("graph", formation_id, "--format", "mermaid", env=env)
+    assert "-->|1 call · approve (10m)|" in picture.stdout, picture.stdout
+    # mur audit: who decided, and when.
+    report = json.loads(mur("audit", formation_id, "--json", env=env).stdout)
+    [decided] = report["approvals"]
+    assert (decided["caller"], decided["callee"], decided["task_id"], decided["what"]) == (
+        "boss", "deployer", task_id, "approved")
+    assert decided["detail"].startswith("by operator after ") and decided["ts"]
 
 
 def test_mur_deny_rejects_the_call_with_the_reason(

@@ -180,3 +180,12 @@ def test_doctor_prints_the_limits(project: Path, capsys: pytest.CaptureFixture[s
     bounds = json.loads(capsys.readouterr().out)["bounds"]
     assert bounds["depth"] == 4 and bounds["edges"][1] == {
         "from": "coder", "to": "deployer", "approve": True, "approve_timeout": 600.0}
+
+
+def test_mur_graph_labels_each_bounded_edge(project: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "roster.yaml").write_text(FULL)
+    assert main(["graph", "--project", str(project), "--format", "mermaid"]) == 0
+    out = capsys.readouterr().out
+    assert "m0 -->|calls 50, concurrent 2, per_minute 20| m1" in out
+    assert "m1 -->|approve (10m)| m2" in out

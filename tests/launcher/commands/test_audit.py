@@ -159,7 +159,8 @@ def test_the_command_exits_0_clean_and_1_with_violations(
         "calls_checked": 2,
         "violations": [{"trace": str(coder), "line": 3, "ts": "t2", "event": "member_call",
                         "caller": "coder", "callee": "planner", "task_id": "c1",
-                        "problem": "is no admitted edge"}]}
+                        "problem": "is no admitted edge"}],
+        "limits_reached": [], "approvals": []}
 
 
 @pytest.mark.parametrize("case", ["bad id", "no marker", "no edges"])
