@@ -42,6 +42,7 @@ from gateway.proxy.call_failed import CALLER_ENDED, DEADLINE, ERROR, REFUSED, Ca
 from gateway.proxy.egress import (
     answer_text,
     egress_reaches_loopback,
+    failure_text,
     peers_environ,
     virtual_address,
 )
@@ -399,7 +400,7 @@ class MemberCalls(MemberRpc):
         handle._remote_open = state not in TERMINAL_STATES
         if state == COMPLETED:
             return answer_text(task)
-        raise CallFailed(handle.member, state, answer_text(task))
+        raise CallFailed(handle.member, state, failure_text(task))
 
     async def _wait_final(self, handle: CallHandle) -> Mapping[str, Any]:
         task_id = handle.task_id

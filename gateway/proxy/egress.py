@@ -80,6 +80,15 @@ def answer_text(task: Mapping[str, Any]) -> str:
     return parts_text(message.get("parts")) if isinstance(message, Mapping) else ""
 
 
+def failure_text(task: Mapping[str, Any]) -> str:
+    """Why a task did not complete: its final status message's text, else (no message)
+    its answer. A text the task streamed before it failed is not the reason."""
+    status = task.get("status")
+    message = status.get("message") if isinstance(status, Mapping) else None
+    text = parts_text(message.get("parts")) if isinstance(message, Mapping) else ""
+    return text or answer_text(task)
+
+
 def parts_text(parts: Any) -> str:
     """The text parts of a message or an artifact, concatenated."""
     if not isinstance(parts, list):

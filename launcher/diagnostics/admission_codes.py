@@ -19,7 +19,9 @@ ROSTER_CODES: tuple[CodeEntry, ...] = (
         "used for indentation, anchors or aliases, more than one document, over 256 KiB), or "
         "does not have the roster's shape: a key the roster format does not "
         "list, at any level; a required key missing; a value of the wrong type; "
-        "`roster_version` other than `1`; no members; a member name outside "
+        "`roster_version` other than `1` or `2`; in a version 1 roster, a key only "
+        "version 2 has (`limits`, `approve`, `approve_timeout`; the message says it needs "
+        "`roster_version: 2`); no members; a member name outside "
         "`^[a-z][a-z0-9-]{0,31}$`; a bare capsule name (the hint names its scoped forms, "
         "such as `local/<name>`); a blank version or one of `latest`, `stable`, `edge`; a "
         "rule whose `to` is empty or names its own `from`.",

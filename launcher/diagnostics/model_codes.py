@@ -29,7 +29,7 @@ MODEL_CODES: tuple[CodeEntry, ...] = (
         "{member}: the model endpoint's host {host} is not in capabilities.network.allow",
         "add {host} to capabilities.network.allow in the capsule's murmur.yaml, or point "
         "inference.base_url at a host it grants",
-        "The host of `inference.base_url` (after `${{VAR}}` is read) is one the member's "
+        "The host of `inference.base_url` (after `${VAR}` is read) is one the member's "
         "forward proxy refuses, so no request was sent.",
     ),
     CodeEntry(
@@ -94,7 +94,19 @@ MODEL_CODES: tuple[CodeEntry, ...] = (
         "set {variable} where mur runs (for inference.base_url, the endpoint's base URL "
         "such as https://api.openai.com/v1), or give the reference a default: `:-` and a "
         "value after the variable's name",
-        "`inference.base_url` or `inference.model` is `${{VAR}}` with no default, and the "
+        "`inference.base_url` or `inference.model` is `${VAR}` with no default, and the "
         "variable is unset, empty, or (for the base URL) not a URL.",
+    ),
+    CodeEntry(
+        "E-RUN-066", "error",
+        "A model member spent the tokens its roster allows it",
+        "{member}: the member has spent {spent} tokens, past its limits.tokens ({limit}) in "
+        "roster.yaml",
+        "raise the member's `limits.tokens` in roster.yaml (a version 2 roster), or make its "
+        "tasks spend less (inference.max_tokens, inference.budget.tokens)",
+        "A version 2 roster's `members[].limits.tokens` bounds what one model member may "
+        "spend across all its tasks while the formation runs (docs/bounds.md). The request "
+        "that passed it ends its task `failed`; every later task of the member fails at "
+        "once, with no request to the endpoint.",
     ),
 )

@@ -450,7 +450,8 @@ class AgentProcess:
         return await self._calls_method(entry, method, args)
 
     def _agent_record(self, run: TaskRun, args: dict[str, Any]) -> None:
-        """A model member's ``model_call`` or ``tool_call`` record, written as this
+        """A model member's ``model_call``, ``tool_call`` or ``limit_reached`` (its
+        ``limits.tokens``) record, written as this
         runtime writes its own (bounded, redacted by the bus); the token counters."""
         event, fields = args.get("event"), args.get("fields")
         if event not in TRACE_EVENTS or not isinstance(fields, dict):

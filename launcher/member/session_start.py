@@ -342,10 +342,13 @@ class AgentSide:
         if agent.model is not None:
             from launcher.member.model.settings import ModelSettings
 
+            credentials = self.session.place.credentials
+            bounds = credentials.bounds if credentials is not None else None
             return {"model": ModelSettings.of(
                 agent.model, manifest.inference, content=manifest.trace.content,
                 network_allow=manifest.capabilities.network.allow,
-                capsule=options.capsule, version=options.version).wire()}
+                capsule=options.capsule, version=options.version,
+                member_tokens=bounds.tokens if bounds is not None else None).wire()}
         return {"command": list(agent.command or ())}
 
     def _count_record(self, event: str, fields: dict[str, Any]) -> None:

@@ -378,3 +378,36 @@ def test_approve_timeout_rejects_a_call_nobody_decided(
     records = member_traces(paths.records_root())["deployer"]
     assert [r["decision"] for r in records if r["event"] == "approval"] == [
         "waiting", "timed_out"]
+
+
+# --------------------------------------------------------------------------- tokens
+
+def test_a_model_members_limits_tokens_ends_its_tasks_once_spent(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    from tests.support.fake_openai import FakeOpenAI, text
+    from tests.support.model_members import FAKE_KEY, KEY_ENV, write_model_capsule
+
+    with FakeOpenAI(lambda body, seen: text("summed")) as fake:   # 10 + 5 tokens each
+        project = tmp_path / "project"
+        project.mkdir()
+        install_capsule(project, write_capsule(tmp_path, "boss", BOSS_AGENT,
+                                               allow_localhost=True))
+        install_capsule(project, write_model_capsule(tmp_path / "src", "worker",
+                                                     fake.base_url, accept_peers=True))
+        write_roster(project, [("boss", True), ("worker", False)], {"boss": ["worker"]})
+        version_2(project, members={"worker": "{tokens: 20}"})
+        process = start_launcher(project, "--json", "--task",
+                                 json.dumps({"to": "worker", "calls": 3}),
+                                 env=launcher_env(**{KEY_ENV: FAKE_KEY}))
+        launched.append(process)
+        code, out, err = finish(process)
+    assert code == 0, err
+    first, second, third = json.loads(out.splitlines()[1])
+    assert first == "summed"
+    # The second request passed the limit (30 > 20); the third was never sent.
+    for failed in (second, third):
+        assert "E-RUN-066" in failed and "limits.tokens (20)" in failed, failed
+    assert len(fake.requests) == 2
+    records = member_traces(paths.records_root())["worker"]
+    assert [(r["limit"], r["spent"]) for r in records if r["event"] == "limit_reached"] == [
+        ("member.tokens", 30), ("member.tokens", 30)]

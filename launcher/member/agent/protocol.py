@@ -15,9 +15,9 @@ Framing: one JSON object per line (UTF-8, ``\\n``-terminated, at most
 3. meanwhile the agent process asks ``call`` (``id``, ``task_id``, ``method``, ``args``:
    ``status``, ``artifact``, ``input_required``, ``reject``, ``reply``, ``call_member``,
    ``await_call``, ``answers``, ``delegate``, ``trace``: a model member's
-   ``model_call`` or ``tool_call`` record) and the runtime answers ``answer`` (``id`` with ``value``
-   or ``error``: ``type``, ``message`` and, for a ``CallFailed``, ``member``, ``state``,
-   ``detail``).
+   ``model_call``, ``tool_call`` or ``limit_reached`` record) and the runtime answers
+   ``answer`` (``id`` with ``value`` or ``error``: ``type``, ``message`` and, for a
+   ``CallFailed``, ``member``, ``state``, ``detail``).
 
 The runtime closing its end ends the agent process; the agent process ending (or dying)
 fails its running tasks. Nothing on this wire is a credential: the agent process never
@@ -56,7 +56,7 @@ METHODS: Final = frozenset({"status", "artifact", "input_required", "reject", "r
                             "call_member", "await_call", "answers", "delegate",
                             "trace"})
 #: The trace records the agent process may ask its runtime to write (a model member's).
-TRACE_EVENTS: Final = frozenset({"model_call", "tool_call"})
+TRACE_EVENTS: Final = frozenset({"model_call", "tool_call", "limit_reached"})
 
 
 class ProtocolError(LauncherError):

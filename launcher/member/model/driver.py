@@ -8,7 +8,9 @@ fenced under ``member:<name>`` (or ``child:<name>``). Within a turn, in order:
 
 1. one request to the endpoint (endpoint.py), its text streamed into the task's
    ``result`` artifact as it arrives, a ``model_call`` trace record, the tokens added
-   to the task's count and checked against ``inference.budget.tokens`` (``E-RUN-063``);
+   to the task's count and checked against ``inference.budget.tokens`` (``E-RUN-063``),
+   and to the member's, against a version 2 roster's ``limits.tokens`` (``E-RUN-066``,
+   which also refuses every later request before it is sent);
 2. when the answer asks for tools: each run (tools.py), a ``tool_call`` record each, the
    results added to the conversation, and back to 1, unless that request was the
    task's last (``inference.max_turns``: ``E-RUN-062``);
@@ -69,6 +71,8 @@ class ModelDriver:
         self._conversations: weakref.WeakKeyDictionary[Any, _Conversation] = (
             weakref.WeakKeyDictionary())
         self._descriptions: dict[str, str] | None = None
+        #: Tokens every task of this member spent (for ``limits.tokens``).
+        self._spent = 0
 
     async def aclose(self) -> None:
         """The agent process ends: its tool servers with it."""
@@ -140,6 +144,7 @@ class ModelDriver:
     async def _request(self, task: Any, conversation: _Conversation, endpoint: ChatEndpoint,
                        toolbox: Toolbox) -> Completion:
         """Step 1."""
+        await self._check_member_tokens(task, before=True)
         conversation.requests += 1
         task.turns_used = conversation.requests
 
@@ -151,8 +156,11 @@ class ModelDriver:
         fresh = conversation.messages[conversation.sent:]
         completion = await endpoint.complete(conversation.messages, toolbox.specs(), stream)
         conversation.sent = len(conversation.messages) + 1
-        conversation.tokens += completion.input_tokens + completion.output_tokens
+        spent = completion.input_tokens + completion.output_tokens
+        conversation.tokens += spent
+        self._spent += spent
         await self._model_record(task, conversation, completion, fresh, endpoint.model)
+        await self._check_member_tokens(task)
         budget = self._settings.budget_tokens
         if budget is not None and conversation.tokens > budget:
             raise ModelError("E-RUN-063", "inference.budget.tokens", member=self.member,
@@ -172,6 +180,18 @@ class ModelDriver:
             await task.artifact("", append=True, last_chunk=True,
                                 artifact_id=conversation.artifact_id)
         return None
+
+    async def _check_member_tokens(self, task: Any, *, before: bool = False) -> None:
+        """``E-RUN-066`` once the member's tasks spent its ``limits.tokens``: past it
+        after a request, or all of it before one."""
+        limit = self._settings.member_tokens
+        if limit is None or self._spent < limit or (self._spent == limit and not before):
+            return
+        await self._record(task.id, "limit_reached", {
+            "limit": "member.tokens", "value": limit, "spent": self._spent,
+            "error": "limit_reached"})
+        raise ModelError("E-RUN-066", "limits.tokens", member=self.member, spent=self._spent,
+                         limit=limit)
 
     # --- trace records -------------------------------------------------------------------
 

@@ -42,10 +42,13 @@ class ModelSettings:
     #: The capsule's name and version, for the ``[Capsule]`` block.
     capsule: str = ""
     version: str = ""
+    #: A version 2 roster's ``limits.tokens`` of this member: what all its tasks may
+    #: spend while the formation runs (docs/bounds.md).
+    member_tokens: int | None = None
 
     @classmethod
     def of(cls, model: Any, inference: Any, *, content: bool, network_allow: list[str],
-           capsule: str, version: str) -> ModelSettings:
+           capsule: str, version: str, member_tokens: int | None = None) -> ModelSettings:
         """From a manifest's ``agent.model`` and ``inference``."""
         commands = tuple(CommandToolSpec(tool.command.name, tuple(tool.command.argv),
                                          tool.command.description, float(tool.command.timeout))
@@ -56,7 +59,7 @@ class ModelSettings:
                    max_tokens=inference.max_tokens, temperature=inference.temperature,
                    budget_tokens=inference.budget.tokens, content=content,
                    network_allow=tuple(network_allow), commands=commands, mcp=servers,
-                   capsule=capsule, version=version)
+                   capsule=capsule, version=version, member_tokens=member_tokens)
 
     def wire(self) -> dict[str, Any]:
         return asdict(self)
