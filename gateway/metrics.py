@@ -121,10 +121,10 @@ class DoorMetrics:
 
     def bound_refusal(self, error: str, caller: str, limit: str, value: int) -> None:
         """A call a bound refused (``depth_exceeded``, ``limit_reached``) or slowed
-        (``rate_limited``): counted by limit, and with the door's refusals."""
+        (``rate_limited``), by limit (a door's answer is counted with its refusals too,
+        where DoorAuth answers it)."""
         key = (caller, limit, error)
         self.bounds[key] = self.bounds.get(key, 0) + 1
-        self.refusal(error)
 
     def verification(self, result: str) -> None:
         self.verifications[result] += 1

@@ -33,8 +33,13 @@ round (``metrics_on_vs_off_GetTask_cpu_in_process``; the counting's CPU per requ
 ``..._served_estimate`` is that counting cost against a served GetTask's CPU.
 ``--metrics-only`` measures that pair alone (``bench_door_metrics.json``, ``.md``).
 
+``door+auth bounds`` is the door with DoorAuth and every edge limit of a version 2 roster
+set on the caller's edge (``depth``, ``calls``, ``concurrent``, ``per_minute``, none ever
+reached, docs/bounds.md): ``bounds_vs_no_bounds`` is what checking them costs (goal
+>= 0.95). ``--bounds-only`` measures that pair alone (``bench_door_bounds.json``, ``.md``).
+
     .venv/bin/python loadtests/bench_door.py [--duration 3] [--rounds 3] [--concurrency 16]
-        [--metrics-only]
+        [--metrics-only | --bounds-only]
 """
 
 from __future__ import annotations
@@ -53,9 +58,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "loadtests" / "results"
-SERVERS = ("door+auth", "door+auth-nometrics", "door", "a2a-sdk", "a2a-sdk-rest")
+SERVERS = ("door+auth", "door+auth-bounds", "door+auth-nometrics", "door", "a2a-sdk",
+           "a2a-sdk-rest")
 #: ``--metrics-only``: the cost of counting every request for ``GET /metrics``.
 METRICS_SERVERS = ("door+auth", "door+auth-nometrics")
+#: ``--bounds-only``: the cost of a version 2 roster's edge limits (docs/bounds.md).
+BOUNDS_SERVERS = ("door+auth", "door+auth-bounds")
 #: The agent process section: a door without DoorAuth whose trivial python agent runs
 #: in-process, in an agent process, or in a confined one (one server process each).
 AGENT_SERVERS = ("agent-fn", "agent-process", "agent-process-landlock")
@@ -79,13 +87,14 @@ ROWS: dict[str, tuple[str, str]] = {
     "door+auth REST": ("door+auth", "rest"),
     "door+auth no metrics": ("door+auth-nometrics", "jsonrpc"),
     "door+auth": ("door+auth", "jsonrpc"),
+    "door+auth bounds": ("door+auth-bounds", "jsonrpc"),
     "door": ("door", "jsonrpc"),
     "a2a-sdk": ("a2a-sdk", "jsonrpc"),
     "a2a-sdk REST": ("a2a-sdk-rest", "rest"),
 }
 #: The order of the rows in the tables (the JSON-RPC rows first, as before).
-SHOWN = ("door+auth", "door+auth no metrics", "door", "a2a-sdk", "door+auth REST",
-         "a2a-sdk REST")
+SHOWN = ("door+auth", "door+auth bounds", "door+auth no metrics", "door", "a2a-sdk",
+         "door+auth REST", "a2a-sdk REST")
 METHODS = ("GetTask", "SendMessage")
 WARMUP_SECONDS = 1.0
 MAX_REQUESTS = 200_000  # per phase, warm-up included: far above what 4 s reach here
@@ -93,13 +102,15 @@ MAX_REQUESTS = 200_000  # per phase, warm-up included: far above what 4 s reach 
 # --- the servers (run in their own process) ------------------------------------------
 
 
-def door_app(with_auth: bool, agent: Any = None,
-             metrics: bool = True) -> tuple[Any, str | None]:
+def door_app(with_auth: bool, agent: Any = None, metrics: bool = True,
+             bounds: bool = False) -> tuple[Any, str | None]:
     """The door with a trivial agent (``agent``, else an in-process one); with DoorAuth,
     a formation door and a caller token; without ``metrics``, DoorAuth in front of the
     A2A app with no request counted (the door before ``GET /metrics``, but for DoorAuth's
-    own refusal and verification counts: one dict increment a request)."""
+    own refusal and verification counts: one dict increment a request); with ``bounds``,
+    every edge limit set on the caller's edge and a depth, none of them ever reached."""
     from gateway.auth.door_auth import AuthPolicy, DoorAuth
+    from gateway.auth.edge_limits import DoorBounds, EdgeLimits
     from gateway.auth.tokens import FormationKey, FormationVerifier
     from gateway.door.app import DoorSettings, build_door
     from gateway.door.card import CardInfo
@@ -116,9 +127,11 @@ def door_app(with_auth: bool, agent: Any = None,
         return build_door(trivial, settings).inner_app, None
     formation = "frm_" + uuid.uuid4().hex
     key = FormationKey.generate()
+    limits = DoorBounds(depth=1000, incoming={"planner": EdgeLimits(
+        calls=10**12, concurrent=10**9, per_minute=10**12)}) if bounds else None
     policy = AuthPolicy(authenticated=True,
                         verifier=FormationVerifier(key.public_bytes, formation),
-                        member="coder", accept_peer_tasks=True)
+                        member="coder", accept_peer_tasks=True, bounds=limits)
     token = key.mint(formation=formation, caller="planner", callee="coder")
     door = build_door(trivial, settings, policy=policy)
     return (door.app if metrics else DoorAuth(door.inner_app, policy)), token
@@ -232,7 +245,8 @@ def serve(kind: str) -> None:
             app, token = door_app(with_auth=False, agent=process.agent_fn())
         else:
             app, token = door_app(with_auth=kind.startswith("door+auth"),
-                                  metrics=kind != "door+auth-nometrics")
+                                  metrics=kind != "door+auth-nometrics",
+                                  bounds=kind == "door+auth-bounds")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -556,7 +570,8 @@ def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float
                          f"{row['errors']} |")
     lines += ["", "| ratio | value | goal |", "|---|---:|---|"]
     goals = {"metrics_on_vs_off_GetTask_cpu_in_process": "(the door's code alone, no server)",
-             "metrics_on_vs_off": ">= 0.95", "auth_vs_no_auth": ">= 0.9", "door_vs_sdk": ">= 3",
+             "metrics_on_vs_off": ">= 0.95", "bounds_vs_no_bounds": ">= 0.95",
+             "auth_vs_no_auth": ">= 0.9", "door_vs_sdk": ">= 3",
              "door_rest_vs_door_jsonrpc": ">= 0.9", "door_rest_vs_sdk_rest": ">= 3"}
     for name, value in ratios.items():
         goal = next((g for prefix, g in goals.items() if name.startswith(prefix)), "")
@@ -661,9 +676,11 @@ def orchestrate(args: argparse.Namespace) -> None:
     every server alike."""
     began = time.monotonic()
     load_before = os.getloadavg()
-    kinds = METRICS_SERVERS if args.metrics_only else SERVERS
+    only = args.metrics_only or args.bounds_only
+    kinds = (METRICS_SERVERS if args.metrics_only else BOUNDS_SERVERS if args.bounds_only
+             else SERVERS)
     rows = {name: row for name, row in ROWS.items()
-            if row[0] in kinds and not (args.metrics_only and row[1] == "rest")}
+            if row[0] in kinds and not (only and row[1] == "rest")}
     servers: dict[str, tuple[subprocess.Popen[str], int, str]] = {}
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
         row: {method: [] for method in METHODS} for row in rows}
@@ -697,6 +714,7 @@ def orchestrate(args: argparse.Namespace) -> None:
     ratios: dict[str, float] = {}
     for method in METHODS:
         for name, top, bottom in (("metrics_on_vs_off", "door+auth", "door+auth no metrics"),
+                                  ("bounds_vs_no_bounds", "door+auth bounds", "door+auth"),
                                   ("auth_vs_no_auth", "door+auth", "door"),
                                   ("door_vs_sdk", "door", "a2a-sdk"),
                                   ("door_with_auth_vs_sdk", "door+auth", "a2a-sdk"),
@@ -719,7 +737,7 @@ def orchestrate(args: argparse.Namespace) -> None:
     if served:
         ratios["metrics_on_vs_off_GetTask_cpu_served_estimate"] = round(
             (served - in_process["counting_us_per_request"]) / served, 3)
-    agents = {} if args.metrics_only else agent_section(args)
+    agents = {} if only else agent_section(args)
     cores = os.cpu_count() or 1
     document = {"benchmark": "bench_door", "cores": cores, "concurrency": args.concurrency,
                 "load_average_before": load_before, "load_average_after": os.getloadavg(),
@@ -731,13 +749,14 @@ def orchestrate(args: argparse.Namespace) -> None:
                 "agent_process": agents,
                 "wall_seconds": round(time.monotonic() - began, 1)}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "bench_door_metrics" if args.metrics_only else "bench_door"
+    name = ("bench_door_metrics" if args.metrics_only else
+            "bench_door_bounds" if args.bounds_only else "bench_door")
     (RESULTS / f"{name}.json").write_text(json.dumps(document, indent=2) + "\n")
     markdown = table(results, ratios, cores) + (
         f"\nIn process, GetTask: {in_process['cpu_us_per_request_on']} us CPU a request "
         f"with the counting, {in_process['cpu_us_per_request_off']} us without; the "
         f"counting {in_process['counting_us_per_request']} us (median of the rounds' "
-        "differences).\n") + ("" if args.metrics_only else agent_table(agents))
+        "differences).\n") + ("" if only else agent_table(agents))
     (RESULTS / f"{name}.md").write_text(markdown)
     print(markdown, end="")
 
@@ -774,6 +793,9 @@ def main() -> None:
     parser.add_argument("--metrics-only", action="store_true",
                         help="only the door with and without its request metrics "
                              "(results: bench_door_metrics.json and .md)")
+    parser.add_argument("--bounds-only", action="store_true",
+                        help="only the door with and without edge limits (roster version "
+                             "2; results: bench_door_bounds.json and .md)")
     args = parser.parse_args()
     if args.serve:
         sys.path.insert(0, str(ROOT))

@@ -20,7 +20,11 @@ this order; the first failure answers and nothing after it is read (docs/door-au
 7. ``421 misdirected_request``: a ``Host`` that is not a loopback name with the door's
    port (DNS rebinding, :mod:`gateway.auth.hosts`);
 8. a body that is not one JSON-RPC call gets its JSON-RPC error (``-32700`` malformed,
-   ``-32600`` a batch or no string ``method``) from here, never partly served.
+   ``-32600`` a batch or no string ``method``) from here, never partly served;
+9. at a door whose formation bounds its calls (a version 2 roster), a member's
+   task-starting call past ``limits.depth``: ``403 depth_exceeded``;
+10. then past its edge's limits: ``403 limit_reached`` or ``429 rate_limited``
+   (:mod:`gateway.auth.edge_limits`).
 
 Then the ``Authorization`` and task origin/trust headers are removed, the
 :class:`gateway.caller.Caller`, the request's :class:`gateway.routes.Route` and the parsed
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.auth.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
-from gateway.auth.edge_limits import DoorBounds
+from gateway.auth.edge_limits import EDGE_CALL, DoorBounds, EdgeGuard, OnRefusal
 from gateway.auth.hosts import HostCheck
 from gateway.auth.refusals import REFUSALS, Refusal, Refused, answer, loggable, refuse_websocket
 from gateway.auth.request_reading import (
@@ -146,9 +150,15 @@ class DoorAuth:
     """
 
     def __init__(self, app: ASGIApp, policy: AuthPolicy,
-                 metrics: DoorMetrics | None = None) -> None:
+                 metrics: DoorMetrics | None = None,
+                 on_bound: OnRefusal | None = None) -> None:
         self.app = app
         self.policy = policy
+        #: Checks 9-10, at a door whose formation bounds its calls (``on_bound``: a call
+        #: refused or slowed, for the door's metrics and trace).
+        bounds = policy.bounds
+        self._guard = (EdgeGuard(bounds, on_bound) if bounds is not None and bounds.bounded
+                       else None)
         #: Refusals and credential checks are counted here (gateway.metrics).
         self._metrics = metrics if metrics is not None else DoorMetrics()
         self._verifications = self._metrics.verifications
@@ -226,10 +236,34 @@ class DoorAuth:
                 raise Refused(rpc_refusal)                        # 8
         except Refused as refused:
             await self._refuse(scope, receive, send, refused.code, refused.reason,
-                               **refused.fields)
+                               refused.retry_after, **refused.fields)
             return
         _hand_over(scope, kept, caller, route, rpc)
+        guard = self._guard
+        if guard is not None and guard.bounds_call(caller, route.method):
+            await self._bounded(guard, caller, scope, receive if rpc is None
+                                else Replay(body, receive), send)
+            return
         await self.app(scope, receive if rpc is None else Replay(body, receive), send)
+
+    # --- 9-10: the bounds along the edges (a version 2 roster) -------------------------
+
+    async def _bounded(self, guard: EdgeGuard, caller: Caller, scope: Scope,
+                       receive: Receive, send: Send) -> None:
+        """Checks 9 and 10 (gateway.auth.edge_limits), then the app with the call left
+        in ``EDGE_CALL`` for the task store."""
+        try:
+            call = guard.admit(caller, scope["headers"])
+        except Refused as refused:
+            await self._refuse(scope, receive, send, refused.code, refused.reason,
+                               refused.retry_after, **refused.fields)
+            return
+        token = EDGE_CALL.set(call)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            EDGE_CALL.reset(token)
+            call.released()
 
     # --- 1-3: the credential -----------------------------------------------------------
 
@@ -365,8 +399,9 @@ class DoorAuth:
     # --- refusing ----------------------------------------------------------------------
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str,
-                      reason: str = "", **fields: str) -> None:
-        status, headers, body = answer(code, fields)
+                      reason: str = "", retry_after: float | None = None,
+                      **fields: str) -> None:
+        status, headers, body = answer(code, fields, retry_after)
         self._metrics.refusal(code)
         if logger.isEnabledFor(logging.INFO):
             who = fields.get("credential") or fields.get("member")

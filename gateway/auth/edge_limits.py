@@ -1,9 +1,9 @@
 """Bounds along the edges at a member's door (roster version 2, docs/bounds.md).
 
-A door whose formation bounds its calls puts :class:`EdgeGuard` behind DoorAuth: after
+A door whose formation bounds its calls gives DoorAuth an :class:`EdgeGuard`: after
 checks 1-8 admitted a request, a task-starting call (``SendMessage``,
 ``SendStreamingMessage``, on either binding) from a member, named by its formation
-token's ``from``, meets two more checks, in this order:
+token's ``from``, meets two more checks (:meth:`EdgeGuard.admit`), in this order:
 
 9. ``403 depth_exceeded``: the call's depth (``x-murmur-call-depth``, stamped by the
    caller's runtime, whose proxies strip the header from everything an agent sends) is
@@ -14,11 +14,13 @@ token's ``from``, meets two more checks, in this order:
    spaces calls evenly: no burst, so no minute ever holds more than ``per_minute + 1``).
 
 Every other request, and every call from the operator or a client (whose tasks are depth
-0), passes untouched. A call that passes is an :class:`EdgeCall`, left in
-:data:`EDGE_CALL` while the app handles it: the task store tells it when the task is
-made (:meth:`EdgeCall.task_created`) and when it ends (:meth:`EdgeCall.task_ended`), so
-``calls`` and ``concurrent`` count tasks, not requests (a follow-up message or a busy
-answer is no call). The store records the call's depth on the task.
+0), passes untouched, at no cost but one test. A call that passes is an
+:class:`EdgeCall`, left in :data:`EDGE_CALL` while the app handles it: the task store
+tells it when the task is made (:meth:`EdgeCall.task_created`) and when it ends
+(:meth:`EdgeCall.task_ended`), so ``calls`` and ``concurrent`` count tasks, not requests
+(a follow-up message or a busy answer is no call). The store records the call's depth
+on the task. The checks are synchronous and DoorAuth calls them in its own step: a
+bounded door adds no ASGI layer.
 
 In order: the limits (:class:`EdgeLimits`, :class:`DoorBounds`, read from the channel's
 wire form), one edge's counts (:class:`EdgeCounts`), :class:`EdgeCall`, the guard.
@@ -33,11 +35,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gateway.auth.refusals import answer
-from gateway.caller import CALLER_SCOPE_KEY, Caller
+from gateway.auth.refusals import Refused
+from gateway.caller import Caller
 from gateway.protocol import CALL_DEPTH_HEADER, MEMBER_NAME_RE
-from gateway.routes import ROUTE_SCOPE_KEY
-from gateway.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["EDGE_CALL", "DoorBounds", "EdgeCall", "EdgeGuard", "EdgeLimits", "call_depth_of"]
 
@@ -198,16 +198,24 @@ class EdgeCall:
 
 # --- the guard ----------------------------------------------------------------------------
 
-class EdgeGuard:
-    """Checks 9 and 10 (see the module text) in front of the door's A2A app."""
+#: ``on_refusal(error, caller, limit, value)``: a call refused or slowed (metrics, trace).
+OnRefusal = Callable[[str, str, str, int], None]
 
-    def __init__(self, app: ASGIApp, bounds: DoorBounds,
-                 on_refusal: Callable[[str, str, str, int], None] | None = None) -> None:
-        self.app = app
+
+class EdgeGuard:
+    """Checks 9 and 10 (see the module text), for DoorAuth."""
+
+    __slots__ = ("bounds", "_counts", "_on_refusal")
+
+    def __init__(self, bounds: DoorBounds, on_refusal: OnRefusal | None = None) -> None:
         self.bounds = bounds
         self._counts: dict[str, EdgeCounts] = {}
-        #: ``on_refusal(code, caller, limit, value)``: metrics and the trace.
         self._on_refusal = on_refusal
+
+    @staticmethod
+    def bounds_call(caller: Caller, method: str | None) -> bool:
+        """Whether a request of ``caller`` for ``method`` meets checks 9 and 10."""
+        return method in _BOUNDED_METHODS and caller.credential.kind == "member"
 
     def counts(self, caller: str) -> EdgeCounts:
         counts = self._counts.get(caller)
@@ -215,71 +223,46 @@ class EdgeGuard:
             counts = self._counts[caller] = EdgeCounts()
         return counts
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route = scope.get(ROUTE_SCOPE_KEY)
-        caller: Caller | None = scope.get(CALLER_SCOPE_KEY)
-        if (scope["type"] != "http" or route is None or route.method not in _BOUNDED_METHODS
-                or caller is None or caller.credential.kind != "member"):
-            await self.app(scope, receive, send)
-            return
+    def admit(self, caller: Caller, headers: list[tuple[bytes, bytes]]) -> EdgeCall:
+        """Checks 9 and 10 for a member's task-starting call: its :class:`EdgeCall`, or
+        :class:`Refused` (``depth_exceeded``, ``limit_reached``, ``rate_limited``)."""
         member = caller.credential.member or caller.credential.name
-        depth = call_depth_of(caller, scope["headers"])
+        depth = call_depth_of(caller, headers)
         limits = self.bounds.incoming.get(member)
-        refusal = self._check(member, depth, limits)
-        if refusal is not None:
-            await _refuse(send, *refusal)
-            return
+        self._check(member, depth, limits)
         counts = self.counts(member)
         counts.pending += 1
         if limits is not None and limits.per_minute is not None:
             # Spaced, not bursted: the next call is admitted 60/per_minute s after this.
             counts.next_at = time.monotonic() + _MINUTE / limits.per_minute
-        call = EdgeCall(member, depth, limits, counts)
-        token = EDGE_CALL.set(call)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            EDGE_CALL.reset(token)
-            call.released()
+        return EdgeCall(member, depth, limits, counts)
 
-    def _check(self, member: str, depth: int, limits: EdgeLimits | None
-               ) -> tuple[str, dict[str, str], float | None] | None:
-        """None, or (refusal code, its fields, retry-after seconds)."""
+    def _check(self, member: str, depth: int, limits: EdgeLimits | None) -> None:
         ceiling = self.bounds.depth
         if ceiling is not None and depth > ceiling:
             self._refused("depth_exceeded", member, "depth", ceiling)
-            return "depth_exceeded", {"depth": str(depth), "limit": str(ceiling)}, None
+            raise Refused("depth_exceeded", member, depth=str(depth), limit=str(ceiling))
         if limits is None:
-            return None
+            return
         counts = self._counts.get(member) or EdgeCounts()
         if limits.calls is not None and counts.created >= limits.calls:
             self._refused("limit_reached", member, "calls", limits.calls)
-            return "limit_reached", {"member": member, "limit": str(limits.calls)}, None
+            raise Refused("limit_reached", member, member=member, limit=str(limits.calls))
         if limits.calls is not None and counts.created + counts.pending >= limits.calls:
             # Calls in flight may still fail and give their place back: not yet final.
-            return self._slow(member, "calls", limits.calls, _CONCURRENT_RETRY_SECONDS)
+            self._slow(member, "calls", limits.calls, _CONCURRENT_RETRY_SECONDS)
         if limits.concurrent is not None and counts.live + counts.pending >= limits.concurrent:
-            return self._slow(member, "concurrent", limits.concurrent,
-                              _CONCURRENT_RETRY_SECONDS)
+            self._slow(member, "concurrent", limits.concurrent, _CONCURRENT_RETRY_SECONDS)
         if limits.per_minute is not None:
             wait = counts.next_at - time.monotonic()
             if wait > 0:
-                return self._slow(member, "per_minute", limits.per_minute, wait)
-        return None
+                self._slow(member, "per_minute", limits.per_minute, wait)
 
-    def _slow(self, member: str, limit: str, value: int, wait: float
-              ) -> tuple[str, dict[str, str], float | None]:
+    def _slow(self, member: str, limit: str, value: int, wait: float) -> None:
         self._refused("rate_limited", member, limit, value)
-        return ("rate_limited", {"member": member, "name": limit, "limit": str(value)},
-                max(wait, 0.001))
+        raise Refused("rate_limited", member, retry_after=max(wait, 0.001), member=member,
+                      name=limit, limit=str(value))
 
     def _refused(self, code: str, member: str, limit: str, value: int) -> None:
         if self._on_refusal is not None:
             self._on_refusal(code, member, limit, value)
-
-
-async def _refuse(send: Send, code: str, fields: dict[str, str],
-                  retry_after: float | None) -> None:
-    status, headers, body = answer(code, fields, retry_after)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

@@ -109,11 +109,14 @@ class Refused(GatewayError):
     """Raised by a check of DoorAuth: answer with the refusal ``code``; ``reason`` goes
     to the log only, ``fields`` fill the message."""
 
-    def __init__(self, code: str, reason: str = "", **fields: str) -> None:
+    def __init__(self, code: str, reason: str = "", *, retry_after: float | None = None,
+                 **fields: str) -> None:
         super().__init__(code)
         self.code = code
         self.reason = reason
         self.fields = fields
+        #: Seconds a ``429`` asks the caller to wait (``Retry-After``).
+        self.retry_after = retry_after
 
 
 async def refuse_websocket(scope: Scope, receive: Receive, send: Send, status: int,

@@ -35,7 +35,6 @@ from typing import Any, Protocol
 from gateway.auth.cors import Cors
 from gateway.auth.credentials import OPERATOR_CREDENTIAL
 from gateway.auth.door_auth import AuthPolicy, DoorAuth
-from gateway.auth.edge_limits import EdgeGuard
 from gateway.caller import Caller, caller_of
 from gateway.door.card import CardInfo, CardRoute
 from gateway.door.jsonrpc_binding import JsonRpcBinding
@@ -220,11 +219,9 @@ class Door:
         self.inner_app: ASGIApp = _DoorApp(self)
         #: The door as served: DoorAuth in front of the A2A app, each request counted in
         #: front of both, and CORS in front of all when the policy names origins.
-        guarded: ASGIApp = self.inner_app
-        if policy.bounds is not None and policy.bounds.bounded:
-            guarded = EdgeGuard(self.inner_app, policy.bounds, on_refusal=self._bound_refused)
-        self.app: ASGIApp = RequestMetrics(DoorAuth(guarded, policy, self.metrics),
-                                           self.metrics)
+        self.app: ASGIApp = RequestMetrics(
+            DoorAuth(self.inner_app, policy, self.metrics, on_bound=self._bound_refused),
+            self.metrics)
         if policy.allow_origins:
             self.app = Cors(self.app, policy.allow_origins)
 
