@@ -221,6 +221,14 @@ class FormationKey:
         signature = self._private.sign(signed.encode("ascii"))
         return f"{signed}.{b64url_encode(signature)}"
 
+    def sign(self, data: bytes) -> bytes:
+        """The Ed25519 signature of ``data``: a seal of the formation's traces, a member's
+        agent card (docs/audit.md). Tokens are signed by :meth:`mint` alone; what is
+        signed here never starts with ``mft1.``, so it can never pass for a token."""
+        if data.startswith(PREFIX.encode("ascii") + b"."):
+            raise ValueError("a token is signed by mint(), never by sign()")
+        return self._private.sign(data)
+
     def __repr__(self) -> str:
         return f"FormationKey(public={b64url_encode(self._public_bytes)})"
 

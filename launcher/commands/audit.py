@@ -19,7 +19,13 @@ In this order:
    each one;
 5. the bounds of a version 2 roster (docs/bounds.md) are reported as they held: each
    ``limit_reached`` record (a door's refusal or slowing of a call, or a member's own
-   ``limits.calls``) and each decided ``approval`` (who decided, when, after how long).
+   ``limits.calls``) and each decided ``approval`` (who decided, when, after how long);
+6. the sealed record (when ``formation.json`` holds the formation's public key): every
+   trace's hash chain (launcher/home/trace_chain.py), then every seal in
+   ``seals.jsonl`` and every member's trace against them (launcher/home/seals.py). A
+   break or a seal that does not hold is a :class:`Violation` (``tampered``) with its
+   file and line; records after the last seal are reported as unsealed, which is not a
+   violation.
 """
 
 from __future__ import annotations
@@ -29,10 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import LauncherError
-from launcher.home.formations import read_formation_marker
+from launcher.home.formations import formation_dir, read_formation_marker
+from launcher.home.seals import SEALS_FILE, read_seals, verify_seals
 from launcher.home.trace import find_formation_traces, numbered_records
+from launcher.home.trace_chain import TraceLine, trace_lines, verify_chain
 
-__all__ = ["AuditRefused", "AuditReport", "BoundHeld", "Violation", "audit", "render_report"]
+__all__ = ["AuditRefused", "AuditReport", "BoundHeld", "Unsealed", "Violation", "audit",
+           "render_report"]
 
 Edge = tuple[str, str]
 
@@ -57,6 +66,15 @@ class Violation:
     callee: str
     task_id: str
     problem: str = NO_EDGE
+
+
+@dataclass(frozen=True)
+class Unsealed:
+    """Records of a trace after the last seal (a launcher killed, or still running)."""
+
+    trace: str
+    line: int
+    problem: str
 
 
 @dataclass(frozen=True)
@@ -88,6 +106,11 @@ class AuditReport:
     violations: tuple[Violation, ...]
     limits_reached: tuple[BoundHeld, ...] = ()
     approvals: tuple[BoundHeld, ...] = ()
+    #: Whether the record could be checked against seals (a formation.json with the key).
+    sealed: bool = False
+    seals_read: int = 0
+    #: Records after the last seal, by trace: (file, first line, how many).
+    unsealed: tuple[Unsealed, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"formation_id": self.formation_id, "ok": not self.violations,
@@ -95,7 +118,9 @@ class AuditReport:
                 "traces_read": self.traces_read, "calls_checked": self.calls_checked,
                 "violations": [asdict(violation) for violation in self.violations],
                 "limits_reached": [asdict(held) for held in self.limits_reached],
-                "approvals": [asdict(held) for held in self.approvals]}
+                "approvals": [asdict(held) for held in self.approvals],
+                "sealed": self.sealed, "seals_read": self.seals_read,
+                "unsealed": [asdict(tail) for tail in self.unsealed]}
 
 
 def audit(formation_id: str) -> AuditReport:
@@ -131,9 +156,43 @@ def audit(formation_id: str) -> AuditReport:
                     trace=str(path), line=line, ts=str(record.get("ts", "")),
                     event=str(record.get("event")), caller=call[0], callee=call[1],
                     task_id=str(record.get("task_id") or ""), problem=problem))
+    unsealed: list[Unsealed] = []
+    seals_read = 0
+    if marker.public_key is not None:
+        seals_read = _check_record(formation_id, marker.public_key, traces, violations,
+                                   unsealed)
     return AuditReport(formation_id, marker.edges, len(traces), checked, tuple(violations),
                        tuple(sorted(held["limit_reached"], key=lambda b: b.ts)),
-                       tuple(sorted(held["approval"], key=lambda b: b.ts)))
+                       tuple(sorted(held["approval"], key=lambda b: b.ts)),
+                       sealed=marker.public_key is not None, seals_read=seals_read,
+                       unsealed=tuple(unsealed))
+
+
+def _check_record(formation_id: str, public_key: bytes, traces: list[tuple[str, Path]],
+                  violations: list[Violation], unsealed: list[Unsealed]) -> int:
+    """Step 6: each trace's chain, then the seals; returns how many seals were read."""
+    sealed: dict[str, tuple[str, list[TraceLine]]] = {}
+    for member, path in traces:
+        try:
+            lines = trace_lines(path.read_bytes())
+        except FileNotFoundError:
+            continue
+        for broken in verify_chain(lines, None):
+            violations.append(_tampered(str(path), broken.line, broken.problem))
+        if not member.startswith("child:"):    # a delegated child's record is chained only
+            sealed[member] = (str(path), lines)
+    seals_path = formation_dir(formation_id) / SEALS_FILE
+    for finding in verify_seals(seals_path, public_key, formation_id, sealed):
+        if finding.kind == "unsealed":
+            unsealed.append(Unsealed(finding.file, finding.line, finding.problem))
+        else:
+            violations.append(_tampered(finding.file, finding.line, finding.problem))
+    return sum(1 for _ in read_seals(seals_path))
+
+
+def _tampered(file: str, line: int, problem: str) -> Violation:
+    return Violation(trace=file, line=line, ts="", event="tampered", caller="-",
+                     callee="-", task_id="", problem=problem)
 
 
 def _bound_of(member: str, path: Path, line: int,
@@ -206,15 +265,25 @@ def _problem(call: Edge, record: dict[str, Any], allowed: set[Edge]) -> str | No
     return None
 
 
+def _violation_line(v: Violation) -> str:
+    from launcher.spawn.process import escape_control
+
+    if v.event == "tampered":
+        return (f"tampered: {escape_control(v.trace)}:{v.line}: "
+                f"{escape_control(v.problem)}")
+    return (f"violation: {escape_control(v.caller)} → {escape_control(v.callee)} "
+            f"{escape_control(v.problem)}  ({escape_control(v.event)} "
+            f"{escape_control(v.task_id) or '-'} at {escape_control(v.ts)}, "
+            f"{escape_control(v.trace)}:{v.line})")
+
+
 def render_report(report: AuditReport) -> str:
     """The report for people: each violation, then one summary line."""
     from launcher.spawn.process import escape_control
 
-    lines = [f"violation: {escape_control(v.caller)} → {escape_control(v.callee)} "
-             f"{escape_control(v.problem)}  ({escape_control(v.event)} "
-             f"{escape_control(v.task_id) or '-'} at {escape_control(v.ts)}, "
-             f"{escape_control(v.trace)}:{v.line})"
-             for v in report.violations]
+    lines = [_violation_line(v) for v in report.violations]
+    lines += [f"unsealed: {escape_control(tail.trace)}:{tail.line}: "
+              f"{escape_control(tail.problem)}" for tail in report.unsealed]
     lines += [f"limit: {escape_control(b.caller)} → {escape_control(b.callee)} "
               f"{escape_control(b.what)}: {escape_control(b.detail)}  (at "
               f"{escape_control(b.ts)}, {escape_control(b.trace)}:{b.line})"
@@ -234,6 +303,10 @@ def render_report(report: AuditReport) -> str:
     else:
         lines.append(f"mur audit: {report.formation_id}: {calls}, all along the {edges} "
                      f"admitted edge{'s' * (edges != 1)}")
+    if report.sealed:
+        lines[-1] += (f"; record sealed ({report.seals_read} seal"
+                      f"{'s' * (report.seals_read != 1)}"
+                      + (", with an unsealed tail)" if report.unsealed else ")"))
     held = [(len(report.limits_reached), "limit reached", "limits reached"),
             (len(report.approvals), "approval decided", "approvals decided")]
     said = [f"{count} {one if count == 1 else many}" for count, one, many in held if count]

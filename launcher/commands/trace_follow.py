@@ -39,8 +39,10 @@ Sessions = Callable[[], list[RunningRecord]]
 
 def _key(member: str, record: Record) -> str:
     """A record's identity: its member and its content but the time, which the trace
-    file stamps again as it writes (a millisecond may part them)."""
-    fields = {key: value for key, value in record.items() if key not in ("member", "ts")}
+    file stamps again as it writes (a millisecond may part them), and the file's hash
+    chain (``prev``), which a door's stream does not carry."""
+    fields = {key: value for key, value in record.items()
+              if key not in ("member", "ts", "prev")}
     return member + "\0" + json.dumps(fields, sort_keys=True, ensure_ascii=False)
 
 

@@ -55,6 +55,7 @@ from launcher.formation.ready import (
     ready_seconds,
 )
 from launcher.formation.record import LauncherRecord
+from launcher.formation.sealing import FormationSeals
 from launcher.formation.template import MemberTemplate, TemplateFailed
 from launcher.formation.waiting import ReadyBounds, await_peers
 from launcher.home.formations import (
@@ -220,6 +221,8 @@ class Launch:
         self._bounds = ReadyBounds(ready_seconds(self.environ))
         self._record = LauncherRecord(self.formation_id, admitted)
         self._template: MemberTemplate | None = None
+        #: The traces' seals, once the formation directory exists (docs/audit.md).
+        self._seals: FormationSeals | None = None
 
     # --- the whole launch ---------------------------------------------------------------
 
@@ -252,6 +255,8 @@ class Launch:
             outcome = await self._launch()
         finally:
             await end_members(self.members.values(), self._hurry)
+            if self._seals is not None:     # every member stopped: the last seal
+                await self._seals.final(self.members.values())
             if self._template is not None:
                 await asyncio.to_thread(self._template.close)
             # A member killed with SIGKILL left its agent side's cgroup: end it whole.
@@ -294,6 +299,7 @@ class Launch:
         except OSError as exc:
             return NotReady(first, f"the formation directory could not be made "
                                    f"({exc.strerror or exc})")
+        assert self._key is not None
         try:
             write_formation_marker(self.formation_id,
                                    project_dir=self.admitted.project_dir,
@@ -301,9 +307,13 @@ class Launch:
                                    launcher_start=process_start_time(os.getpid()),
                                    edges=self.admitted.ordered_edges(),
                                    bounds=self.admitted.bounds.to_json()
-                                   if self.admitted.bounds.version == 2 else None)
+                                   if self.admitted.bounds.version == 2 else None,
+                                   public_key=self._key.public_bytes)
         except OSError as exc:
             say(format_no_marker_warning(exc.strerror or str(exc)))
+        else:
+            self._seals = FormationSeals(self.formation_id, self._key, say)
+            self._seals.start(self.members.values)
         for peer in self.admitted.peers:
             try:
                 make_peer_dir(self.formation_id, peer.name)

@@ -71,6 +71,9 @@ class FormationMarker:
     #: A version 2 roster's bounds as admitted (``FormationBounds.to_json``), for
     #: ``mur graph``'s labels; ``None`` for a version 1 roster.
     bounds: dict[str, Any] | None = None
+    #: The formation key's raw Ed25519 public key: what its seals and its members'
+    #: cards are verified with (docs/audit.md); ``None`` in a marker without it.
+    public_key: bytes | None = None
 
     def launcher_alive(self) -> bool:
         return pid_alive(self.launcher_pid, self.launcher_start or None)
@@ -79,7 +82,8 @@ class FormationMarker:
 def write_formation_marker(formation_id: str, *, project_dir: str | os.PathLike[str],
                            launcher_pid: int, launcher_start: str | None,
                            edges: Iterable[tuple[str, str]] = (),
-                           bounds: dict[str, Any] | None = None) -> Path:
+                           bounds: dict[str, Any] | None = None,
+                           public_key: bytes | None = None) -> Path:
     """Write ``formation.json`` (mode 0600, created, never replaced). Call it before the
     first peer directory. ``edges`` are the admitted roster's, which ``mur audit`` checks
     the traces against. On OSError the launcher launches anyway and prints
@@ -90,6 +94,10 @@ def write_formation_marker(formation_id: str, *, project_dir: str | os.PathLike[
             "edges": [{"from": caller, "to": callee} for caller, callee in edges]}
     if bounds:
         data["bounds"] = bounds
+    if public_key is not None:
+        from gateway.auth.tokens import b64url_encode
+
+        data["public_key"] = b64url_encode(public_key)
     write_new(path, json.dumps(data, indent=2).encode("utf-8") + b"\n")
     return path
 
@@ -114,7 +122,20 @@ def read_formation_marker(formation_id: str) -> FormationMarker | None:
     bounds = data.get("bounds")
     return FormationMarker(project_dir=project, launcher_pid=pid, launcher_start=start,
                            edges=_marker_edges(data.get("edges")),
-                           bounds=bounds if isinstance(bounds, dict) else None)
+                           bounds=bounds if isinstance(bounds, dict) else None,
+                           public_key=_public_key(data.get("public_key")))
+
+
+def _public_key(value: Any) -> bytes | None:
+    if not isinstance(value, str):
+        return None
+    from gateway.auth.tokens import b64url_decode_canonical
+
+    try:
+        raw = b64url_decode_canonical(value)
+    except ValueError:
+        return None
+    return raw if len(raw) == 32 else None
 
 
 def _marker_edges(value: Any) -> tuple[tuple[str, str], ...] | None:

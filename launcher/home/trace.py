@@ -26,6 +26,7 @@ from launcher.home.formations import formation_records
 from launcher.home.paths import records_root
 from launcher.home.records import TRACE_FILE
 from launcher.home.running_records import read_running
+from launcher.home.trace_chain import PREV, chain_tail, link
 from launcher.ids import is_formation_id, is_session_id
 
 Record = dict[str, Any]
@@ -50,15 +51,28 @@ def _encode(record: Record) -> bytes:
 
 class TraceWriter:
     """Appends records to one ``trace.jsonl`` (created at mode 0600, never through a
-    symlink). Every record reaches the file before :meth:`write` returns."""
+    symlink). Every record reaches the file before :meth:`write` returns.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    With ``session_id``, each record carries ``prev``, chaining it to the line before
+    (launcher/home/trace_chain.py); a trace that exists already (a resumed session)
+    continues its chain, on a new line when its last was torn. A record written while
+    another is being written (a signal handler's ``session_end``) waits for it, so the
+    chain stays one line after another."""
+
+    def __init__(self, path: str | os.PathLike[str], session_id: str | None = None) -> None:
         self.path = Path(path)
         self._fd = os.open(
             self.path,
-            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+            os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
             0o600,
         )
+        self._prev: str | None = None
+        self._writing = False
+        self._waiting: list[Record] = []
+        if session_id is not None:
+            self._prev, torn = chain_tail(self._fd, session_id)
+            if torn:
+                self._append(b"\n")
 
     @property
     def closed(self) -> bool:
@@ -70,14 +84,32 @@ class TraceWriter:
         Values that are not JSON are written as their ``str``. Raises ValueError when
         the writer is closed or a field is named ``ts`` or ``event``.
         """
-        if "ts" in fields or "event" in fields:
-            raise ValueError("trace fields may not be named ts or event")
+        if "ts" in fields or "event" in fields or PREV in fields:
+            raise ValueError("trace fields may not be named ts, event or prev")
         record: Record = {"ts": timestamp(), "event": event}
         # A token that slipped into a field is replaced before the line is written:
         # the trace is the one file most likely to be shared when something goes wrong.
         record.update(redact_value(fields))
-        self._append(_encode(record))
+        if self._prev is None:
+            self._append(_encode(record))
+            return record
+        if self._writing:                 # a signal handler inside another write
+            self._waiting.append(record)
+            return record
+        self._writing = True
+        try:
+            self._chain(record)
+            while self._waiting:
+                self._chain(self._waiting.pop(0))
+        finally:
+            self._writing = False
         return record
+
+    def _chain(self, record: Record) -> None:
+        record[PREV] = self._prev
+        line = _encode(record)
+        self._append(line)
+        self._prev = link(line[:-1])
 
     def _append(self, line: bytes) -> None:
         fd = self._fd

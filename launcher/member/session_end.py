@@ -65,7 +65,7 @@ class SessionFiles:
     def open(self) -> None:
         """The trace and the member log, in the records directory just staged."""
         assert self.records is not None
-        self.writer = TraceWriter(self.records.trace)
+        self.writer = TraceWriter(self.records.trace, session_id=self.records.session_id)
         self._log = open_member_log(self.records.member_log)
 
     def write_record(self, record: TraceRecord) -> None:

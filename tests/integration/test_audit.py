@@ -73,12 +73,14 @@ def test_a_run_whose_calls_crossed_admitted_edges_is_clean(
     assert done.returncode == 0, done.stderr
     # Two calls, each seen from both sides: the caller's member_call, the callee's task.
     # Four members, one trace each (loner too: it ran, and nobody called it).
-    assert done.stdout == (f"mur audit: {formation_id}: 4 calls checked in 4 traces, all "
-                           "along the 2 admitted edges\n")
+    # The record is sealed too (docs/audit.md): one seal at least, the final one.
+    assert done.stdout.startswith(f"mur audit: {formation_id}: 4 calls checked in 4 "
+                                  "traces, all along the 2 admitted edges; record sealed (")
     report = json.loads(mur("audit", formation_id, "--json", env=env).stdout)
     assert report["ok"] is True and report["calls_checked"] == 4
     assert report["traces_read"] == 4
-    assert report["violations"] == []
+    assert report["violations"] == [] and report["unsealed"] == []
+    assert report["sealed"] is True and report["seals_read"] >= 1
 
 
 def test_a_forged_call_along_no_edge_is_reported(ran: tuple[str, dict[str, str]]) -> None:
@@ -93,13 +95,17 @@ def test_a_forged_call_along_no_edge_is_reported(ran: tuple[str, dict[str, str]]
     line = _append(trace, forged)
     done = mur("audit", formation_id, env=env)
     assert done.returncode == 1
-    first, summary = done.stdout.splitlines()
-    assert first == ("violation: loner → coder is no admitted edge  (a2a_task_received "
-                     f"forged-task at 2026-12-03T10:00:00.000000Z, {trace}:{line})")
-    assert summary == f"mur audit: {formation_id}: 1 violation; 5 calls checked in 4 traces"
+    lines = done.stdout.splitlines()
+    assert lines[0] == ("violation: loner → coder is no admitted edge  (a2a_task_received "
+                        f"forged-task at 2026-12-03T10:00:00.000000Z, {trace}:{line})")
+    # The forged line breaks the trace's chain too: it is found twice over.
+    assert f"tampered: {trace}:{line}: " in done.stdout
+    assert lines[-1].startswith(f"mur audit: {formation_id}: 2 violations; 5 calls "
+                                "checked in 4 traces; record sealed (")
     report = json.loads(mur("audit", formation_id, "--json", env=env).stdout)
     assert report["ok"] is False and report["calls_checked"] == 5
-    [violation] = report["violations"]
+    violation, chain = report["violations"]
+    assert (chain["event"], chain["trace"], chain["line"]) == ("tampered", str(trace), line)
     assert violation == {"trace": str(trace), "line": line,
                          "ts": "2026-12-03T10:00:00.000000Z", "event": "a2a_task_received",
                          "caller": "loner", "callee": "coder", "task_id": "forged-task",
