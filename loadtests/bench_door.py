@@ -38,8 +38,15 @@ set on the caller's edge (``depth``, ``calls``, ``concurrent``, ``per_minute``, 
 reached, docs/bounds.md): ``bounds_vs_no_bounds`` is what checking them costs (goal
 >= 0.95). ``--bounds-only`` measures that pair alone (``bench_door_bounds.json``, ``.md``).
 
+``--trace-only``: the door with DoorAuth writing every record of its trace to a
+``trace.jsonl``: as a member's runtime did before the chain (``door+auth trace before``:
+each record redacted again by the writer), as it does now (``door+auth chained trace``:
+the hash chain, docs/audit.md, and one redaction), and now without the chain
+(``door+auth trace``). ``chain_vs_before`` is the goal (>= 0.95), ``chain_vs_no_chain``
+what the chain alone costs (``bench_door_trace.json``, ``.md``).
+
     .venv/bin/python loadtests/bench_door.py [--duration 3] [--rounds 3] [--concurrency 16]
-        [--metrics-only | --bounds-only]
+        [--metrics-only | --bounds-only | --trace-only]
 """
 
 from __future__ import annotations
@@ -60,6 +67,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "loadtests" / "results"
 SERVERS = ("door+auth", "door+auth-bounds", "door+auth-nometrics", "door", "a2a-sdk",
            "a2a-sdk-rest")
+#: ``--trace-only``: the door writing its trace to a file, without and with the hash
+#: chain (docs/audit.md, "The sealed record").
+TRACE_SERVERS = ("door+auth-trace-before", "door+auth-trace", "door+auth-chain")
 #: ``--metrics-only``: the cost of counting every request for ``GET /metrics``.
 METRICS_SERVERS = ("door+auth", "door+auth-nometrics")
 #: ``--bounds-only``: the cost of a version 2 roster's edge limits (docs/bounds.md).
@@ -88,13 +98,17 @@ ROWS: dict[str, tuple[str, str]] = {
     "door+auth no metrics": ("door+auth-nometrics", "jsonrpc"),
     "door+auth": ("door+auth", "jsonrpc"),
     "door+auth bounds": ("door+auth-bounds", "jsonrpc"),
+    "door+auth trace before": ("door+auth-trace-before", "jsonrpc"),
+    "door+auth trace": ("door+auth-trace", "jsonrpc"),
+    "door+auth chained trace": ("door+auth-chain", "jsonrpc"),
     "door": ("door", "jsonrpc"),
     "a2a-sdk": ("a2a-sdk", "jsonrpc"),
     "a2a-sdk REST": ("a2a-sdk-rest", "rest"),
 }
 #: The order of the rows in the tables (the JSON-RPC rows first, as before).
 SHOWN = ("door+auth", "door+auth bounds", "door+auth no metrics", "door", "a2a-sdk",
-         "door+auth REST", "a2a-sdk REST")
+         "door+auth REST", "a2a-sdk REST", "door+auth trace before", "door+auth trace",
+         "door+auth chained trace")
 METHODS = ("GetTask", "SendMessage")
 WARMUP_SECONDS = 1.0
 MAX_REQUESTS = 200_000  # per phase, warm-up included: far above what 4 s reach here
@@ -103,7 +117,7 @@ MAX_REQUESTS = 200_000  # per phase, warm-up included: far above what 4 s reach 
 
 
 def door_app(with_auth: bool, agent: Any = None, metrics: bool = True,
-             bounds: bool = False) -> tuple[Any, str | None]:
+             bounds: bool = False, trace: str | None = None) -> tuple[Any, str | None]:
     """The door with a trivial agent (``agent``, else an in-process one); with DoorAuth,
     a formation door and a caller token; without ``metrics``, DoorAuth in front of the
     A2A app with no request counted (the door before ``GET /metrics``, but for DoorAuth's
@@ -134,6 +148,22 @@ def door_app(with_auth: bool, agent: Any = None, metrics: bool = True,
                         member="coder", accept_peer_tasks=True, bounds=limits)
     token = key.mint(formation=formation, caller="planner", callee="coder")
     door = build_door(trivial, settings, policy=policy)
+    if trace is not None:
+        # As a member's runtime writes it: every record of the door's bus to trace.jsonl,
+        # chained (``prev``) or not.
+        import tempfile
+
+        from launcher.home.trace import TraceWriter
+
+        path = Path(tempfile.mkdtemp(prefix="bench-trace-")) / "trace.jsonl"
+        writer = TraceWriter(path, session_id="ses_" + uuid.uuid4().hex
+                             if trace == "chain" else None)
+        if trace == "before":    # as members wrote before the chain: redacted twice
+            door.trace.add_sink(lambda record: writer.write(record["event"], **{
+                k: v for k, v in record.items() if k not in ("ts", "event")}))
+        else:
+            door.trace.add_sink(lambda record: writer.write_redacted(record["event"],
+                                                                     record))
     return (door.app if metrics else DoorAuth(door.inner_app, policy)), token
 
 
@@ -246,7 +276,10 @@ def serve(kind: str) -> None:
         else:
             app, token = door_app(with_auth=kind.startswith("door+auth"),
                                   metrics=kind != "door+auth-nometrics",
-                                  bounds=kind == "door+auth-bounds")
+                                  bounds=kind == "door+auth-bounds",
+                                  trace={"door+auth-trace-before": "before",
+                                         "door+auth-trace": "plain",
+                                         "door+auth-chain": "chain"}.get(kind))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -571,6 +604,7 @@ def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float
     lines += ["", "| ratio | value | goal |", "|---|---:|---|"]
     goals = {"metrics_on_vs_off_GetTask_cpu_in_process": "(the door's code alone, no server)",
              "metrics_on_vs_off": ">= 0.95", "bounds_vs_no_bounds": ">= 0.95",
+             "chain_vs_before": ">= 0.95", "chain_vs_no_chain": "(what the chain costs)",
              "auth_vs_no_auth": ">= 0.9", "door_vs_sdk": ">= 3",
              "door_rest_vs_door_jsonrpc": ">= 0.9", "door_rest_vs_sdk_rest": ">= 3"}
     for name, value in ratios.items():
@@ -676,9 +710,9 @@ def orchestrate(args: argparse.Namespace) -> None:
     every server alike."""
     began = time.monotonic()
     load_before = os.getloadavg()
-    only = args.metrics_only or args.bounds_only
+    only = args.metrics_only or args.bounds_only or args.trace_only
     kinds = (METRICS_SERVERS if args.metrics_only else BOUNDS_SERVERS if args.bounds_only
-             else SERVERS)
+             else TRACE_SERVERS if args.trace_only else SERVERS)
     rows = {name: row for name, row in ROWS.items()
             if row[0] in kinds and not (only and row[1] == "rest")}
     servers: dict[str, tuple[subprocess.Popen[str], int, str]] = {}
@@ -715,6 +749,10 @@ def orchestrate(args: argparse.Namespace) -> None:
     for method in METHODS:
         for name, top, bottom in (("metrics_on_vs_off", "door+auth", "door+auth no metrics"),
                                   ("bounds_vs_no_bounds", "door+auth bounds", "door+auth"),
+                                  ("chain_vs_no_chain", "door+auth chained trace",
+                                   "door+auth trace"),
+                                  ("chain_vs_before", "door+auth chained trace",
+                                   "door+auth trace before"),
                                   ("auth_vs_no_auth", "door+auth", "door"),
                                   ("door_vs_sdk", "door", "a2a-sdk"),
                                   ("door_with_auth_vs_sdk", "door+auth", "a2a-sdk"),
@@ -750,7 +788,8 @@ def orchestrate(args: argparse.Namespace) -> None:
                 "wall_seconds": round(time.monotonic() - began, 1)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = ("bench_door_metrics" if args.metrics_only else
-            "bench_door_bounds" if args.bounds_only else "bench_door")
+            "bench_door_bounds" if args.bounds_only else
+            "bench_door_trace" if args.trace_only else "bench_door")
     (RESULTS / f"{name}.json").write_text(json.dumps(document, indent=2) + "\n")
     markdown = table(results, ratios, cores) + (
         f"\nIn process, GetTask: {in_process['cpu_us_per_request_on']} us CPU a request "
@@ -781,7 +820,7 @@ def median_round(measured: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--serve", choices=SERVERS + AGENT_SERVERS)
+    parser.add_argument("--serve", choices=SERVERS + TRACE_SERVERS + AGENT_SERVERS)
     parser.add_argument("--load", action="store_true")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--method", choices=METHODS, default="GetTask")
@@ -793,6 +832,9 @@ def main() -> None:
     parser.add_argument("--metrics-only", action="store_true",
                         help="only the door with and without its request metrics "
                              "(results: bench_door_metrics.json and .md)")
+    parser.add_argument("--trace-only", action="store_true",
+                        help="only the door writing its trace, without and with the hash "
+                             "chain (results: bench_door_trace.json and .md)")
     parser.add_argument("--bounds-only", action="store_true",
                         help="only the door with and without edge limits (roster version "
                              "2; results: bench_door_bounds.json and .md)")

@@ -40,13 +40,18 @@ def timestamp(moment: datetime | None = None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+#: The fields the writer sets itself.
+_WRITERS_OWN = frozenset({"ts", "event", PREV})
+#: One encoder for every record: ``json.dumps`` with options builds a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), default=str)
+
+
 def _encode(record: Record) -> bytes:
     try:
-        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
-        return text.encode("utf-8") + b"\n"
+        return (_ENCODER.encode(record) + "\n").encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: escape everything instead
-        text = json.dumps(record, ensure_ascii=True, separators=(",", ":"), default=str)
-        return text.encode("ascii") + b"\n"
+        return (_ASCII_ENCODER.encode(record) + "\n").encode("ascii")
 
 
 class TraceWriter:
@@ -86,10 +91,19 @@ class TraceWriter:
         """
         if "ts" in fields or "event" in fields or PREV in fields:
             raise ValueError("trace fields may not be named ts, event or prev")
-        record: Record = {"ts": timestamp(), "event": event}
         # A token that slipped into a field is replaced before the line is written:
         # the trace is the one file most likely to be shared when something goes wrong.
-        record.update(redact_value(fields))
+        return self.write_redacted(event, redact_value(fields))
+
+    def write_redacted(self, event: str, fields: Mapping[str, Any], /) -> Record:
+        """:meth:`write` for ``fields`` the trace bus has redacted already (every string
+        of a bus record went through the same redactor, gateway/trace/bus.py), which a
+        session's records are: each passes the redactor once, not twice. Any ``ts``,
+        ``event`` or ``prev`` among them is the writer's own."""
+        record: Record = {"ts": timestamp(), "event": event}
+        for key, value in fields.items():
+            if key not in _WRITERS_OWN:
+                record[key] = value
         if self._prev is None:
             self._append(_encode(record))
             return record
@@ -98,7 +112,10 @@ class TraceWriter:
             return record
         self._writing = True
         try:
-            self._chain(record)
+            record[PREV] = self._prev
+            line = _encode(record)
+            self._append(line)
+            self._prev = link(memoryview(line)[:-1])
             while self._waiting:
                 self._chain(self._waiting.pop(0))
         finally:
@@ -109,7 +126,7 @@ class TraceWriter:
         record[PREV] = self._prev
         line = _encode(record)
         self._append(line)
-        self._prev = link(line[:-1])
+        self._prev = link(memoryview(line)[:-1])
 
     def _append(self, line: bytes) -> None:
         fd = self._fd

@@ -29,9 +29,10 @@ PREV = "prev"
 _TAIL_CHUNK = 64 * 1024
 
 
-def link(line: bytes) -> str:
-    """The ``prev`` of the record after ``line``: its SHA-256, unpadded base64url."""
-    return base64.urlsafe_b64encode(hashlib.sha256(line).digest()).rstrip(b"=").decode()
+def link(line: bytes | memoryview) -> str:
+    """The ``prev`` of the record after ``line``: its SHA-256, unpadded base64url (43
+    characters: a 32-byte digest pads with one ``=``)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(line).digest())[:-1].decode("ascii")
 
 
 def seed(session_id: str) -> str:
