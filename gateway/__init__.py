@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "DoorSettings": "gateway.door.app",
     "build_door": "gateway.door.app",
     "CardInfo": "gateway.door.card",
+    "card_signature": "gateway.door.card_signing",
     "Skill": "gateway.door.card",
     "StreamLimits": "gateway.door.streams",
     "AgentFn": "gateway.door.tasks",
@@ -185,6 +186,7 @@ __all__ = [
     "EdgeLimits",
     "CallBounds",
     "DepthOf",
+    "card_signature",
 ]
 
 
@@ -216,6 +218,7 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
     )
     from gateway.door.app import Door, DoorSettings, build_door
     from gateway.door.card import CardInfo, Skill
+    from gateway.door.card_signing import card_signature
     from gateway.door.streams import StreamLimits
     from gateway.door.task_record import message_text
     from gateway.door.tasks import AgentFn, GateConfig, TaskRun

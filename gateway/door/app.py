@@ -254,6 +254,10 @@ class Door:
         """Name the door's own URL on its card, once the socket is bound."""
         self._card.set_url(url)
 
+    def sign_card(self, signature: dict[str, str], public_key: bytes) -> bool:
+        """Serve the card with ``signature`` when it verifies (gateway/door/card.py)."""
+        return self._card.sign(signature, public_key)
+
     def add_listener(self, port: int, url: str) -> None:
         """A request that arrives on local ``port`` (a listener beyond loopback) is
         served a card naming ``url``: the address its clients reach the door at."""

@@ -20,6 +20,7 @@ from typing import Any
 from gateway.a2a.jsonrpc import dumps
 from gateway.a2a.models import AgentCard
 from gateway.caller import ANONYMOUS_CALLER, CALLER_SCOPE_KEY
+from gateway.door.card_signing import signature_valid
 from gateway.http_io import header, send_response
 from gateway.protocol import (
     A2A_VERSION,
@@ -62,6 +63,9 @@ class CardInfo:
     door_url: str = ""
     input_modes: tuple[str, ...] = ("text/plain",)
     output_modes: tuple[str, ...] = ("text/plain",)
+    #: The key the card's signature verifies with (unpadded base64url of the raw Ed25519
+    #: public key): the formation key, or a standalone door's ``--card-signing-key``.
+    signing_key: str | None = None
 
 
 def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
@@ -81,11 +85,11 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
             "extensions": [{
                 "uri": SESSION_EXTENSION_URI,
                 "description": "The member's roster name, its session id and its formation id.",
-                "required": False,
                 "params": {
                     "member": info.member,
                     "sessionId": info.session_id,
                     "formationId": info.formation_id,
+                    **({"signingKey": info.signing_key} if info.signing_key else {}),
                 },
             }],
         },
@@ -105,7 +109,8 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
 
 def public_card(card: dict[str, Any]) -> dict[str, Any]:
     """``card`` without the session extension (what anyone may read at a door with
-    ``network.public_card``)."""
+    ``network.public_card``), and without the signature, which covered the extension."""
+    card = {key: value for key, value in card.items() if key != "signatures"}
     capabilities = dict(card.get("capabilities") or {})
     extensions = [extension for extension in capabilities.get("extensions") or []
                   if extension.get("uri") != SESSION_EXTENSION_URI]
@@ -141,6 +146,7 @@ class CardRoute:
         self._info = info
         self._authenticated = authenticated
         self._build = build
+        self._signature: dict[str, str] | None = None
         self._rebuild(info)
 
     @property
@@ -152,12 +158,27 @@ class CardRoute:
         return self._card
 
     def set_url(self, url: str) -> None:
-        """Put the door's URL on the card (a new ETag and Last-Modified)."""
+        """Put the door's URL on the card (a new ETag and Last-Modified); a signature of
+        the card before is dropped."""
+        self._signature = None
         self._rebuild(replace(self._info, door_url=url))
+
+    def sign(self, signature: dict[str, str], public_key: bytes) -> bool:
+        """Serve the card with ``signature`` (in ``signatures``) when it verifies under
+        ``public_key`` for the card as it is now; whether it did. The public card (no
+        session extension) and a listener's card (another URL) stay unsigned: the
+        signature covers this card only."""
+        if not signature_valid(self._card, signature, public_key):
+            return False
+        self._signature = dict(signature)
+        self._rebuild(self._info)
+        return True
 
     def _rebuild(self, info: CardInfo) -> None:
         self._info = info
         self._card = self._build(info, self._authenticated)
+        if self._signature is not None:
+            self._card = {**self._card, "signatures": [self._signature]}
         self._full = _CardBody(dumps(self._card))
         self._public = _CardBody(dumps(public_card(self._card)))
         self._modified_seconds = int(time.time())

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.auth.tokens import FormationKey
+from gateway.door.card_signing import card_signature
 from gateway.redaction import redact
 from launcher.admission.model_report import model_warnings
 from launcher.admission.roster import AdmittedRoster, admit
@@ -48,9 +49,12 @@ from launcher.formation.members import LaunchedMember, start_member, template_en
 from launcher.formation.output import formation_line
 from launcher.formation.printing import copy_result, report, say, show_formation_line
 from launcher.formation.ready import (
+    PROBE_TIMEOUT,
     DeadlineFell,
     NotReady,
     describe_exit,
+    new_probe_client,
+    probe_card,
     read_ready_line,
     ready_seconds,
 )
@@ -66,6 +70,7 @@ from launcher.home.formations import (
     peer_workdir,
     write_formation_marker,
 )
+from launcher.home.records import read_operator_token
 from launcher.ids import new_formation_id
 from launcher.sandbox import descendants
 from launcher.sandbox.agent_cgroup import end_left_over
@@ -397,10 +402,35 @@ class Launch:
     def _hand_out_doors(self) -> None:
         for member in self.members.values():
             member.helpers.append(asyncio.create_task(self._watch_peer(member)))
+            self._sign_card(member)
             doors = self._doors_of(member.name)
             if doors:
                 with contextlib.suppress(OSError, ValueError):  # it already exited
                     member.channel.write_doors(doors)
+            member.close_channel()
+
+    def _sign_card(self, member: LaunchedMember) -> None:
+        """Sign the card ``member``'s door served the readiness probe and send the
+        signature on its channel (docs/audit.md, "Signed agent cards")."""
+        if member.card is None or self._key is None:
+            return
+        signature = card_signature(member.card, self._key.sign, self.formation_id)
+        with contextlib.suppress(OSError, ValueError):  # it already exited
+            member.channel.write_card_signature(signature)
+
+    async def _sign_entry_card(self, member: LaunchedMember) -> None:
+        """The entry member is not probed before it runs: its card is read once now,
+        signed, and the channel closed."""
+        try:
+            ready = member.ready
+            if ready is not None and self._key is not None:
+                token = read_operator_token(ready.operator_token_path)
+                async with new_probe_client() as client:
+                    member.card = await probe_card(client, ready, token, PROBE_TIMEOUT)
+                self._sign_card(member)
+        except (OSError, UnicodeDecodeError):
+            pass                            # unsigned: its card is served as it is
+        finally:
             member.close_channel()
 
     # --- step 6: the entry member -------------------------------------------------------
@@ -428,7 +458,6 @@ class Launch:
             report(diagnostic("E-RUN-045", entry.name, member=entry.name,
                               problem=f"it could not be started ({exc.strerror or exc})"))
             return FormationEnd.REFUSED
-        member.close_channel()
         reader = await member.process.stdout_reader()
         until, by_deadline = self._bounds.limit(member.started_at)
         if by_deadline:
@@ -456,6 +485,7 @@ class Launch:
         if error is not None:
             raise error
         member.ready = reading.result()
+        member.helpers.append(asyncio.create_task(self._sign_entry_card(member)))
         self._announce()
         member.helpers.append(asyncio.create_task(copy_result(reader)))
         return await self._serve(member)

@@ -111,6 +111,8 @@ class LaunchedMember:
     channel: ChannelWriter
     started_at: float
     ready: Ready | None = None
+    #: The card its door served the readiness probe, which the launcher signs.
+    card: dict[str, Any] | None = None
     lifeline_closed_at: float | None = None
     helpers: list[object] = field(default_factory=list)
 

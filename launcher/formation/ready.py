@@ -184,8 +184,9 @@ def card_names_session(card: object, session_id: str) -> bool:
     return False
 
 
-async def _probe_once(client: httpx.AsyncClient, ready: Ready, token: str,
-                      timeout: float) -> bool:
+async def probe_card(client: httpx.AsyncClient, ready: Ready, token: str,
+                     timeout: float) -> dict[str, Any] | None:
+    """The card the door serves its operator, when it names the session; else None."""
     import httpx
 
     url = ready.door_url.rstrip("/") + CARD_PATH
@@ -193,14 +194,14 @@ async def _probe_once(client: httpx.AsyncClient, ready: Ready, token: str,
         response = await client.get(url, headers={"Authorization": f"Bearer {token}"},
                                     timeout=max(0.05, min(PROBE_TIMEOUT, timeout)))
     except httpx.HTTPError:
-        return False
+        return None
     if response.status_code != 200:
-        return False
+        return None
     try:
         card = response.json()
     except ValueError:
-        return False
-    return card_names_session(card, ready.session_id)
+        return None
+    return card if card_names_session(card, ready.session_id) else None
 
 
 def _exited(process: ManagedProcess) -> int | None:
@@ -213,8 +214,9 @@ def describe_exit(code: int) -> str:
 
 
 async def wait_for_door(client: httpx.AsyncClient, process: ManagedProcess, ready: Ready,
-                        *, until: float, deadline_bound: bool) -> None:
-    """Probe ``ready``'s door every 100 ms until it answers as its session.
+                        *, until: float, deadline_bound: bool) -> dict[str, Any]:
+    """Probe ``ready``'s door every 100 ms until it answers as its session; the card it
+    answered with.
 
     ``until`` is a time on the running loop's clock; ``deadline_bound`` says whether it is
     the formation's deadline (:class:`DeadlineFell`) or the 180 seconds (:class:`NotReady`).
@@ -232,9 +234,10 @@ async def wait_for_door(client: httpx.AsyncClient, process: ManagedProcess, read
             except (OSError, UnicodeDecodeError):
                 token = None
         remaining = until - loop.time()
-        if token is not None and remaining > 0 and await _probe_once(
-                client, ready, token, remaining):
-            return
+        if token is not None and remaining > 0:
+            card = await probe_card(client, ready, token, remaining)
+            if card is not None:
+                return card
         remaining = until - loop.time()
         if remaining <= 0:
             if deadline_bound:

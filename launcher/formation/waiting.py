@@ -61,8 +61,9 @@ async def peer_ready(member: LaunchedMember, client: httpx.AsyncClient, *,
             until=until, deadline_bound=by_deadline, limit_seconds=bounds.ready_seconds)
         member.ready = ready
         member.helpers.append(asyncio.create_task(drain(reader)))
-        await wait_for_door(client, member.process, ready, until=until,
-                            deadline_bound=by_deadline)
+        # The card it answered with is kept: the launcher signs it (docs/audit.md).
+        member.card = await wait_for_door(client, member.process, ready, until=until,
+                                          deadline_bound=by_deadline)
     except (NotReady, DeadlineFell, asyncio.CancelledError):
         raise
     except Exception as exc:  # noqa: BLE001 - any other fault is this member's failure

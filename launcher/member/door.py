@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.auth.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
 from gateway.auth.door_auth import AuthPolicy
-from gateway.auth.tokens import FormationVerifier
+from gateway.auth.tokens import FormationVerifier, b64url_encode
 from gateway.door.card import CardInfo, Skill
 from gateway.door.tasks import GateConfig, TaskRun
 from gateway.metrics import DoorMetrics
@@ -124,10 +124,12 @@ def card_info(manifest: Manifest, *, session_id: str, place: FormationPlace,
               door_url: str) -> CardInfo:
     skills = tuple(Skill(id=skill.id, name=skill.name, description=skill.description,
                          tags=tuple(skill.tags)) for skill in manifest.agent.skills)
+    key = place.key
     return CardInfo(name=manifest.name, description=manifest.description or manifest.name,
                     version=manifest.version, skills=skills, member=place.member,
                     session_id=session_id, formation_id=place.formation_id,
-                    door_url=door_url)
+                    door_url=door_url,
+                    signing_key=b64url_encode(key) if key is not None else None)
 
 
 # --------------------------------------------------------------------------- the agent

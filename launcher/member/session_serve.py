@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import socket
 import sys
@@ -41,6 +42,8 @@ from launcher.spawn.process import divert_stderr_to, escape_control, launcher_go
 if TYPE_CHECKING:
     from launcher.member.session import MemberSession
     from launcher.member.upstream import Upstream
+
+log = logging.getLogger("murmur.member")
 
 #: How long the door may take to answer its first /healthz.
 HEALTH_SECONDS = 10.0
@@ -285,6 +288,24 @@ async def _healthz(port: int) -> bool:
 # --------------------------------------------------------------------- serving
 
 
+def _take_card_signature(session: MemberSession, door: Door) -> None:
+    """In a formation, the launcher signs the card after its readiness probe and sends
+    the signature on the channel (docs/audit.md, "Signed agent cards"): the door serves
+    it once it verifies under the formation key. One that does not verify is logged and
+    not served."""
+    key = session.place.key
+    directory = session.agent_side.directory
+    if key is None or directory is None:
+        return
+
+    def signed(signature: dict[str, Any]) -> None:
+        if not door.sign_card({str(k): str(v) for k, v in signature.items()}, key):
+            log.warning("the card signature from the launcher does not verify for this "
+                        "card; the card is served unsigned")
+
+    directory.on_card_signature(signed)
+
+
 async def serve(session: MemberSession, door: Door) -> None:
     """Serve the door just built, watch for the end, start ``--task``, say ready."""
     listeners = session.listeners
@@ -293,6 +314,7 @@ async def serve(session: MemberSession, door: Door) -> None:
         door.add_listener(listeners.public_port, listeners.public_url)
     await listeners.serve(door)
     await listeners.serve_public(door)
+    _take_card_signature(session, door)
     session.watchers.start(door)
     if session.ending is not None:
         return

@@ -5,6 +5,7 @@ One JSON object a line, on a pipe only that member inherits (docs/runtime-files.
     {"formation":"frm_…","member":"planner","key":"<base64url>",
      "tokens":{"coder":"mft1…"},"entry":false}            first line, before it starts
     {"doors":{"coder":"http://127.0.0.1:41234"}}          later lines
+    {"card_signature":{"protected":"…","signature":"…"}}  the member's card, signed
 
 A member of a version 2 roster that something bounds also finds ``bounds`` on its first
 line (docs/bounds.md): ``{"depth":4,"incoming":{"planner":{"calls":50}},"calls":200}``,
@@ -29,7 +30,7 @@ import os
 import select
 import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
@@ -58,6 +59,7 @@ MAX_DOORS_LINE = 1024 * 1024
 
 _CREDENTIAL_KEYS = frozenset({"formation", "member", "key", "tokens", "entry"})
 _BOUNDS_KEY = "bounds"
+_CARD_SIGNATURE_KEY = "card_signature"
 
 RefusalCase = Literal[
     "roster_inside_formation",
@@ -321,6 +323,12 @@ def encode_credentials(*, formation_id: str, member: str, key: bytes,
     return json.dumps(line, separators=(",", ":")).encode("ascii") + b"\n"
 
 
+def encode_card_signature(signature: Mapping[str, str]) -> bytes:
+    """A later channel line: the member's card signature, made by the launcher."""
+    return json.dumps({_CARD_SIGNATURE_KEY: dict(signature)},
+                      separators=(",", ":")).encode("ascii") + b"\n"
+
+
 def encode_doors(doors: Mapping[str, str]) -> bytes:
     """A later channel line, newline included."""
     for name, url in doors.items():
@@ -363,6 +371,11 @@ class ChannelWriter:
         self._write(encode_credentials(formation_id=formation_id, member=member, key=key,
                                        tokens=tokens, entry=entry, bounds=bounds))
         self._credentials_written = True
+
+    def write_card_signature(self, signature: Mapping[str, str]) -> None:
+        if not self._credentials_written:
+            raise RuntimeError("the credentials line must be written first")
+        self._write(encode_card_signature(signature))
 
     def write_doors(self, doors: Mapping[str, str]) -> None:
         if not self._credentials_written:
@@ -418,6 +431,9 @@ class DoorDirectory:
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.problems: list[str] = []
+        #: The member's card signature, from the launcher (docs/audit.md).
+        self.card_signature: dict[str, Any] | None = None
+        self._on_card_signature: Callable[[dict[str, Any]], None] | None = None
 
     @classmethod
     def for_channel(cls, credentials: ChannelCredentials) -> DoorDirectory:
@@ -479,6 +495,10 @@ class DoorDirectory:
             data = json.loads(line)
         except ValueError:
             data = None
+        if isinstance(data, dict) and set(data) == {_CARD_SIGNATURE_KEY} and isinstance(
+                data[_CARD_SIGNATURE_KEY], dict):
+            self._card_signature(data[_CARD_SIGNATURE_KEY])
+            return
         if not isinstance(data, dict) or set(data) != {"doors"} or not isinstance(
                 data["doors"], dict):
             self.problems.append('a channel line that is not {"doors": {...}}')
@@ -493,6 +513,18 @@ class DoorDirectory:
                 updates[name] = url
         if updates:
             self.set(updates)
+
+    def _card_signature(self, signature: dict[str, Any]) -> None:
+        self.card_signature = {str(key): value for key, value in signature.items()}
+        if self._on_card_signature is not None:
+            self._on_card_signature(self.card_signature)
+
+    def on_card_signature(self, hook: Callable[[dict[str, Any]], None]) -> None:
+        """Hand the card signature the launcher sends (``{"card_signature": {...}}``)
+        to ``hook``: at once when it came already, else when it comes."""
+        self._on_card_signature = hook
+        if self.card_signature is not None:
+            hook(self.card_signature)
 
     def set(self, doors: Mapping[str, str]) -> None:
         """Record door URLs (as a channel line would) and wake their waiters."""

@@ -89,7 +89,7 @@ async def test_the_card_describes_the_member_and_its_session() -> None:
     assert capabilities["extensions"] == [{
         "uri": "urn:murmur:session:v1",
         "description": "The member's roster name, its session id and its formation id.",
-        "required": False,
+        # No "required": false, its default: a signed card's canonical form has none.
         "params": {"member": "coder", "sessionId": "ses_0123", "formationId": "frm_0456"}}]
     assert card["skills"] == [{"id": "code", "name": "Code", "description": "Writes code",
                                "tags": ["code"]}]
