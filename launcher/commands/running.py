@@ -10,6 +10,7 @@ imported when its command runs (``mur`` starts without them: a formation starts 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -75,6 +76,10 @@ def _register_run(subparsers: Any) -> None:
                      help="a name clients use to reach the --listen/--publish address: "
                           "accepted as Host and named on that listener's card (repeat for "
                           "more; default: the address given)")
+    run.add_argument("--card-signing-key", metavar="FILE", type=Path,
+                     help="with --capsule: sign the door's agent card with this Ed25519 "
+                          "private key (PEM, as `openssl genpkey -algorithm ed25519` writes "
+                          "it); a formation's cards are signed with its own key")
     run.add_argument("--isolation", choices=("auto", "required", "off"), default=None,
                      help="confine agent code (Landlock): auto (default; warn W-SEC-014 "
                           "where the host offers less), required (refuse to start without "

@@ -149,6 +149,9 @@ def main(args: argparse.Namespace) -> int:
         return _usage(f"--project {args.project} is not a directory")
     try:
         isolation = isolation_mode(getattr(args, "isolation", None), os.environ)
+        if getattr(args, "card_signing_key", None):
+            raise UsageError("--card-signing-key is taken with --capsule; a formation signs "
+                             "every member's card with its own key (docs/audit.md)")
         if getattr(args, "listen", None):
             raise UsageError("--listen is taken with --capsule; a formation publishes its "
                              "entry member's door with --publish HOST:PORT")

@@ -121,10 +121,12 @@ def idle_timeout(manifest: Manifest, options: MemberOptions,
 
 
 def card_info(manifest: Manifest, *, session_id: str, place: FormationPlace,
-              door_url: str) -> CardInfo:
+              door_url: str, own_key: bytes | None = None) -> CardInfo:
+    """What the card says; its signing key is the formation's, else ``own_key`` (a
+    standalone door's ``--card-signing-key``)."""
     skills = tuple(Skill(id=skill.id, name=skill.name, description=skill.description,
                          tags=tuple(skill.tags)) for skill in manifest.agent.skills)
-    key = place.key
+    key = place.key if place.key is not None else own_key
     return CardInfo(name=manifest.name, description=manifest.description or manifest.name,
                     version=manifest.version, skills=skills, member=place.member,
                     session_id=session_id, formation_id=place.formation_id,

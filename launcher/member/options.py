@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from launcher import durations
 from launcher.ids import is_session_id
@@ -22,6 +22,9 @@ from launcher.sandbox.isolation import isolation_mode
 from launcher.spawn.env_names import DIAGNOSTICS_ENV, WORKDIR_ENV
 from launcher.spawn.listen_flags import Listener, listener_from
 from launcher.spawn.run_flags import UsageError, read_task
+
+if TYPE_CHECKING:
+    from launcher.member.card_key import CardKey
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 #: Set by the launcher for its members: ``text`` or ``json`` (see diagnostics_as_json).
@@ -55,6 +58,8 @@ class MemberOptions:
     isolation: str = "auto"
     #: ``--listen`` (with ``--tls-*`` and ``--public-host``): the door beyond loopback.
     listener: Listener | None = None
+    #: ``--card-signing-key``: the key a standalone door signs its card with.
+    card_key: CardKey | None = None
 
     @property
     def diagnostics_json(self) -> bool:
@@ -111,6 +116,12 @@ def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> Me
     if getattr(args, "publish", None):
         raise UsageError("--publish is taken with --roster (the entry member's door); for "
                          "one capsule, --listen HOST:PORT")
+    key_file: Path | None = getattr(args, "card_signing_key", None)
+    card_key = None
+    if key_file is not None:
+        from launcher.member.card_key import read_card_key
+
+        card_key = read_card_key(key_file)
     return MemberOptions(
         isolation=isolation,
         listener=listener_from(args, "--listen"),
@@ -124,4 +135,5 @@ def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> Me
         after_task=getattr(args, "lifecycle_after_task", None),
         resume=resume,
         json=bool(getattr(args, "json", False)),
+        card_key=card_key,
     )

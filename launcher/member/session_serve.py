@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.a2a.jsonrpc import RpcError
 from gateway.door.app import Door
+from gateway.door.card_signing import card_signature
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.trace.bus import TraceRecord
 from gateway.trace.context import Span
@@ -295,6 +296,10 @@ def _take_card_signature(session: MemberSession, door: Door) -> None:
     not served."""
     key = session.place.key
     directory = session.agent_side.directory
+    own = session.options.card_key
+    if key is None and own is not None:     # a standalone door signs its own card
+        door.sign_card(card_signature(door.card, own.sign, own.kid), own.public_bytes)
+        return
     if key is None or directory is None:
         return
 

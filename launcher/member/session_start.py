@@ -453,7 +453,9 @@ def door_settings(session: MemberSession, records: SessionRecords) -> DoorSettin
     manifest = session.manifest
     return DoorSettings(
         card=card_info(manifest, session_id=session.plan.session_id, place=session.place,
-                       door_url=session.door_url),
+                       door_url=session.door_url,
+                       own_key=(session.options.card_key.public_bytes
+                                if session.options.card_key is not None else None)),
         gate=gate_config(manifest, session.options), out_dir=records.out,
         streams=stream_limits())
 

@@ -51,13 +51,13 @@ def signed_cards(formation_id: str, names: set[str]) -> dict[str, dict[str, Any]
         time.sleep(0.2)
 
 
-def verifier(public_key: str, formation_id: str) -> Any:
+def verifier(public_key: str, key_id: str) -> Any:
     from jwt.api_jwk import PyJWK
 
     key = PyJWK({"kty": "OKP", "crv": "Ed25519", "x": public_key}, algorithm="EdDSA")
 
     def key_provider(kid: str | None, jku: str | None) -> PyJWK:
-        assert kid == formation_id and jku is None
+        assert kid == key_id and jku is None
         return key
 
     return signing.create_signature_verifier(key_provider, ["EdDSA"])
@@ -105,3 +105,42 @@ def test_every_members_card_verifies_with_a2a_sdk_under_the_formation_key(
             process.wait(30)
         finally:
             kill_group_quietly(process)
+
+
+def test_a_standalone_door_signs_its_card_with_its_own_key(
+        tmp_path: Path, murmur_home: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from gateway.auth.tokens import b64url_encode
+    from gateway.door.card_signing import key_id
+    from tests.support.formation import ECHO_AGENT, write_capsule
+    from tests.support.member import install_capsule, member_env, read_ready, start_member
+
+    private = Ed25519PrivateKey.generate()
+    key_file = tmp_path / "card-key.pem"
+    key_file.write_bytes(private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    public = private.public_key().public_bytes_raw()
+    project = tmp_path / "project"
+    project.mkdir()
+    install_capsule(project, write_capsule(tmp_path, "solo", ECHO_AGENT))
+    member = read_ready(start_member(project, "local/solo", "--json", "--card-signing-key",
+                                     str(key_file), env=member_env(murmur_home)))
+    try:
+        card = httpx.get(member.door + "/.well-known/agent-card.json", timeout=10,
+                         headers={"Authorization": f"Bearer {member.token}"}).json()
+    finally:
+        member.kill()
+    assert card["capabilities"]["extensions"][0]["params"]["signingKey"] == \
+        b64url_encode(public)
+    verify = verifier(b64url_encode(public), key_id(public))
+    verify(as_sdk_card(card))
+    # A file that is no Ed25519 key is a usage error naming it, and starts nothing.
+    key_file.write_text("not a key")
+    bad = start_member(project, "local/solo", "--card-signing-key", str(key_file),
+                       env=member_env(murmur_home))
+    _, err = bad.communicate(timeout=30)
+    assert bad.returncode == 2
+    assert f"--card-signing-key {key_file}: is not an unencrypted Ed25519" in err.decode()
