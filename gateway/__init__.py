@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "build_door": "gateway.door.app",
     "CardInfo": "gateway.door.card",
     "card_signature": "gateway.door.card_signing",
+    "key_id": "gateway.door.card_signing",
     "Skill": "gateway.door.card",
     "StreamLimits": "gateway.door.streams",
     "AgentFn": "gateway.door.tasks",
@@ -187,6 +188,7 @@ __all__ = [
     "CallBounds",
     "DepthOf",
     "card_signature",
+    "key_id",
 ]
 
 
@@ -218,7 +220,7 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
     )
     from gateway.door.app import Door, DoorSettings, build_door
     from gateway.door.card import CardInfo, Skill
-    from gateway.door.card_signing import card_signature
+    from gateway.door.card_signing import card_signature, key_id
     from gateway.door.streams import StreamLimits
     from gateway.door.task_record import message_text
     from gateway.door.tasks import AgentFn, GateConfig, TaskRun
