@@ -53,6 +53,16 @@ def member_headers(depth: str | None = None, caller: str = "planner") -> dict[st
     return headers
 
 
+async def release(built: Any, held: httpx.Response) -> None:
+    """Let the held task end, and wait (at most 1 s) until the door saw it end."""
+    RELEASE.set()
+    task_id = held.json()["result"]["task"]["id"]
+    for _ in range(100):
+        if built.store._tasks[task_id].terminal:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def send(http: httpx.AsyncClient, text: str = "hi", *, rest: bool = False,
                headers: dict[str, str] | None = None) -> httpx.Response:
     params = send_params(text, immediately=True)
@@ -117,12 +127,7 @@ async def test_concurrent_is_429_rate_limited_until_a_task_ends() -> None:
     async with client(built) as http:
         held = await send(http, "hold")
         slowed = await send(http, "second")
-        RELEASE.set()
-        task_id = held.json()["result"]["task"]["id"]
-        for _ in range(100):
-            if built.store._tasks[task_id].terminal:
-                break
-            await asyncio.sleep(0.01)
+        await release(built, held)
         after = await send(http, "third")
     assert slowed.status_code == 429
     assert slowed.headers["retry-after"] == "1"
@@ -157,12 +162,7 @@ async def test_a_busy_answer_gives_its_place_back() -> None:
     async with client(built) as http:
         held = await send(http, "hold")
         busy = await send(http, "busy")
-        RELEASE.set()
-        task_id = held.json()["result"]["task"]["id"]
-        for _ in range(100):
-            if built.store._tasks[task_id].terminal:
-                break
-            await asyncio.sleep(0.01)
+        await release(built, held)
         second = await send(http, "second")
     assert busy.json()["error"]["code"] == -32050
     assert second.status_code == 200 and "result" in second.json()
