@@ -53,9 +53,10 @@ class ErrorSpec:
 
 #: The one table of every A2A error the door sends, on either binding: name -> JSON-RPC
 #: code, message, ErrorInfo reason, HTTP status, google.rpc.Code. The HTTP statuses are
-#: A2A 1.0's (section 5.4) where it names one: ``409`` for a task that cannot be
-#: canceled, ``400`` for a content type or version; a busy member is ``503`` with
-#: ``Retry-After``, the transient refusal HTTP clients already retry.
+#: A2A v1.0.1's (section 5.4) wherever it names one: ``400`` for a task that cannot be
+#: canceled and for a content type or version, ``500`` for an invalid agent response; a
+#: busy member is ``503`` with ``Retry-After``, the transient refusal HTTP clients
+#: already retry.
 ERROR_TABLE: Mapping[str, ErrorSpec] = {
     "PARSE_ERROR": ErrorSpec(-32700, "Invalid JSON payload", "PARSE_ERROR",
                              400, "INVALID_ARGUMENT"),
@@ -68,7 +69,7 @@ ERROR_TABLE: Mapping[str, ErrorSpec] = {
     "INTERNAL_ERROR": ErrorSpec(-32603, "Internal error", "INTERNAL_ERROR", 500, "INTERNAL"),
     "TASK_NOT_FOUND": ErrorSpec(-32001, "Task not found", "TASK_NOT_FOUND", 404, "NOT_FOUND"),
     "TASK_NOT_CANCELABLE": ErrorSpec(-32002, "Task cannot be canceled", "TASK_NOT_CANCELABLE",
-                                     409, "FAILED_PRECONDITION"),
+                                     400, "FAILED_PRECONDITION"),
     "PUSH_NOTIFICATION_NOT_SUPPORTED": ErrorSpec(
         -32003, "Push Notification is not supported", "PUSH_NOTIFICATION_NOT_SUPPORTED",
         400, "FAILED_PRECONDITION"),
@@ -79,7 +80,7 @@ ERROR_TABLE: Mapping[str, ErrorSpec] = {
         -32005, "Incompatible content types", "CONTENT_TYPE_NOT_SUPPORTED",
         400, "INVALID_ARGUMENT"),
     "INVALID_AGENT_RESPONSE": ErrorSpec(-32006, "Invalid agent response",
-                                        "INVALID_AGENT_RESPONSE", 502, "INTERNAL"),
+                                        "INVALID_AGENT_RESPONSE", 500, "INTERNAL"),
     "EXTENDED_AGENT_CARD_NOT_CONFIGURED": ErrorSpec(
         -32007, "Extended agent card is not configured", "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
         400, "FAILED_PRECONDITION"),

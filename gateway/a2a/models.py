@@ -27,6 +27,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     field_validator,
     model_validator,
 )
@@ -45,7 +46,6 @@ class Role(StrEnum):
 
 
 ROLE_NUMBERS: dict[int, Role] = dict(enumerate(Role))
-_TASK_STATE_NAMES = frozenset(state.value for state in TaskState)
 
 #: The longest identifier a caller may choose (a message, context, task or tenant id, a
 #: page token). The door's own ids are 32 characters and SDKs send UUIDs (36): 256 leaves
@@ -87,16 +87,18 @@ def _shallow(value: Any) -> Any:
 FreeJson = Annotated[Any, AfterValidator(_shallow)]
 
 
-def parse_task_state_filter(value: object) -> TaskState | None:
-    """A TaskState a caller filters on; an unknown *name* means no filter.
+#: What @a2a-js/sdk sends for a status filter it was not given (protobuf-ts's name for
+#: an unset enum): read as no filter. Every other unknown name is refused.
+UNRECOGNIZED = "UNRECOGNIZED"
 
-    @a2a-js/sdk sends ``"UNRECOGNIZED"`` (protobuf-ts's name for an unset enum) whenever
-    no status is given; ProtoJSON parsers that ignore unknown fields read an unknown enum
-    name as the default, and so does the door, in filters only. Other types and unknown
-    numbers are still refused."""
-    if value is None:
-        return None
-    if isinstance(value, str) and value not in _TASK_STATE_NAMES:
+
+def parse_task_state_filter(value: object) -> TaskState | None:
+    """A TaskState a caller filters on (None: no filter).
+
+    An unknown name is refused, as the specification's own validation example does,
+    but for ``"UNRECOGNIZED"``: @a2a-js/sdk sends it whenever no status is given, and it
+    is read as no filter (docs/bindings.md)."""
+    if value is None or value == UNRECOGNIZED:
         return None
     state = parse_task_state(value)
     return None if state is TaskState.UNSPECIFIED else state
@@ -269,7 +271,7 @@ class SendMessageConfiguration(WireModel):
     accepted_output_modes: list[str] | None = None
     task_push_notification_config: JsonObject | None = None
     history_length: int | None = Field(default=None, ge=0)
-    return_immediately: bool = False
+    return_immediately: StrictBool = False
 
 
 class SendMessageRequest(WireModel):
@@ -304,7 +306,7 @@ class ListTasksRequest(WireModel):
     page_token: Identifier | None = None
     history_length: int | None = Field(default=None, ge=0)
     status_timestamp_after: Identifier | None = None
-    include_artifacts: bool = False
+    include_artifacts: StrictBool = False
 
     @field_validator("status", mode="before")
     @classmethod

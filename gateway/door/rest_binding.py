@@ -49,8 +49,6 @@ from gateway.http_io import (
     BodyTooLarge,
     is_json_content_type,
     read_body,
-    send_error,
-    send_not_allowed,
 )
 from gateway.protocol import VERSION_HEADER
 from gateway.routes import ROUTE_SCOPE_KEY, Route
@@ -185,8 +183,8 @@ def _query(query_string: bytes, fields: frozenset[str]) -> dict[str, Any]:
         value: Any = text
         if key in _INTEGER_QUERY and text.isdigit() and text.isascii() and len(text) < 10:
             value = int(text)
-        elif key == "includeArtifacts" and text.lower() in _BOOLEAN_QUERY:
-            value = _BOOLEAN_QUERY[text.lower()]
+        elif key == "includeArtifacts" and text in _BOOLEAN_QUERY:
+            value = _BOOLEAN_QUERY[text]       # strict: `yes` or `1` is refused by name
         found[key] = value
     return found
 
@@ -224,8 +222,17 @@ async def _send_error(send: Send, error: RpcError) -> None:
 
 async def _no_route(send: Send, allowed: tuple[str, ...]) -> None:
     """``404`` for a path of no binding, ``405`` with ``Allow`` for a verb the path does
-    not take."""
+    not take; both with a ``google.rpc.Status`` body, as every HTTP+JSON error has
+    (A2A v1.0.1, section 11.6)."""
     if not allowed:
-        await send_error(send, 404, "not_found", "There is nothing at this path.")
-    else:
-        await send_not_allowed(send, ", ".join(allowed).encode("ascii"))
+        await _send(send, 404, _status_body(404, "NOT_FOUND", "There is nothing at this path."))
+        return
+    allow = ", ".join(allowed)
+    await _send(send, 405, _status_body(405, "UNIMPLEMENTED",
+                                        f"This path answers {allow} only."),
+                extra=[(b"allow", allow.encode("ascii"))])
+
+
+def _status_body(code: int, status: str, message: str) -> bytes:
+    """A ``google.rpc.Status`` of an error that is no A2A error (no ErrorInfo)."""
+    return dumps({"error": {"code": code, "status": status, "message": message}})

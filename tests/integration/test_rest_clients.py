@@ -466,7 +466,7 @@ async def test_the_js_sdk_rest_client(node: None, served: ServedDoor, who: str) 
     assert served.agent.cancelled == [cancel["id"]]
     again = steps["cancel_again"]["error"]
     assert (again["name"], again["reason"], again["statusCode"]) == \
-        ("TaskNotCancelableError", "TASK_NOT_CANCELABLE", 409)
+        ("TaskNotCancelableError", "TASK_NOT_CANCELABLE", 400)
 
     assert steps["ask"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     resumed = steps["resume"]["task"]

@@ -59,7 +59,10 @@ async def test_unknown_paths_and_wrong_methods() -> None:
         missing = await client.get("/nothing/here")  # /tasks/1 is the HTTP+JSON GetTask
         get_rpc = await client.get("/")
         post_card = await client.post("/.well-known/agent-card.json")
-    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    # A path of no binding is the HTTP+JSON binding's 404: a google.rpc.Status.
+    assert missing.status_code == 404
+    assert missing.json() == {"error": {"code": 404, "status": "NOT_FOUND",
+                                        "message": "There is nothing at this path."}}
     assert get_rpc.status_code == 405 and get_rpc.headers["allow"] == "POST"
     assert post_card.status_code == 405
 

@@ -84,7 +84,7 @@ async def test_an_upstream_error_passes_through_by_its_reason_on_both_bindings()
             rest = await client.post(f"/tasks/{task_id}:cancel")
             json_rpc = await rpc(client, "CancelTask", {"id": task_id})
             unknown = await client.get("/tasks/no-such-task")
-    assert rest.status_code == 409 and reason_of(rest) == "TASK_NOT_CANCELABLE"
+    assert rest.status_code == 400 and reason_of(rest) == "TASK_NOT_CANCELABLE"
     assert json_rpc["error"]["code"] == -32002
     assert unknown.status_code == 404 and reason_of(unknown) == "TASK_NOT_FOUND"
 
