@@ -625,7 +625,9 @@ async def test_list_tasks_with_status_unrecognized_from_a2a_js_lists_every_task(
         listed = await rpc(client, "ListTasks", {"status": "UNRECOGNIZED"})
         other = await rpc(client, "ListTasks", {"status": "TASK_STATE_FROM_THE_FUTURE"})
         working = await rpc(client, "ListTasks", {"status": "TASK_STATE_WORKING"})
-    assert listed["result"]["totalSize"] == 2 and other["result"]["totalSize"] == 2
+    assert listed["result"]["totalSize"] == 2, "@a2a-js/sdk's unset enum filters nothing"
+    assert other["error"]["code"] == -32602 and "status" in other["error"]["message"], \
+        "any other unknown name is refused, as the specification's validation example"
     assert working["result"]["totalSize"] == 0, "a known state still filters"
 
 

@@ -226,8 +226,10 @@ async def test_a_path_of_the_binding_with_another_verb_is_405_with_allow(
     assert response.status_code == 405
     assert response.headers["allow"] == allow
     if verb != "HEAD":
-        assert response.json() == {"error": "method_not_allowed",
-                                   "message": f"This path answers {allow} only."}
+        assert response.headers["content-type"] == "application/a2a+json"
+        assert response.json() == {"error": {
+            "code": 405, "status": "UNIMPLEMENTED",
+            "message": f"This path answers {allow} only."}}, "a google.rpc.Status body"
     assert listed.json()["totalSize"] == 0
 
 
@@ -243,9 +245,10 @@ async def test_any_other_path_is_the_doors_404(path: str) -> None:
         answers = [await client.get(path), await client.post(path, headers=JSON)]
     for response in answers:
         assert response.status_code == 404, path
-        assert response.headers["content-type"] == "application/json"
-        assert response.json() == {"error": "not_found",
-                                   "message": "There is nothing at this path."}
+        assert response.headers["content-type"] == "application/a2a+json"
+        assert response.json() == {"error": {
+            "code": 404, "status": "NOT_FOUND",
+            "message": "There is nothing at this path."}}, "a google.rpc.Status body"
 
 
 async def test_one_tenant_segment_reaches_every_method_and_changes_nothing() -> None:
@@ -356,8 +359,7 @@ async def test_unknown_and_foreign_query_names_are_ignored() -> None:
     assert repeated.status_code == 200 and repeated.json()["pageSize"] == 1, "the first counts"
 
 
-@pytest.mark.parametrize("value, included", [("true", True), ("TRUE", True), ("false", False),
-                                             (None, False)])
+@pytest.mark.parametrize("value, included", [("true", True), ("false", False), (None, False)])
 async def test_include_artifacts_is_read_as_a_boolean(value: str | None, included: bool) -> None:
     door, _ = public_door()
     async with client_for(door.app) as client:
@@ -368,6 +370,16 @@ async def test_include_artifacts_is_read_as_a_boolean(value: str | None, include
     assert ("artifacts" in task) is included
     if included:
         assert task["artifacts"][0]["parts"] == [{"text": "echo: hello"}]
+
+
+@pytest.mark.parametrize("value", ["TRUE", "yes", "1", "on", ""])
+async def test_include_artifacts_other_than_true_or_false_is_refused(value: str) -> None:
+    door, _ = public_door()
+    async with client_for(door.app) as client:
+        listed = await client.get(f"/tasks?includeArtifacts={value}")
+    assert listed.status_code == 400, "a strict boolean (A2A v1.0.1)"
+    assert "includeArtifacts" in listed.json()["error"]["message"] or \
+        "include_artifacts" in listed.json()["error"]["message"]
 
 
 async def test_list_filters_read_from_the_query() -> None:
@@ -384,7 +396,8 @@ async def test_list_filters_read_from_the_query() -> None:
         await settle(door, agent)
     assert [t["id"] for t in by_context.json()["tasks"]] == [in_a.json()["task"]["id"]]
     assert [t["id"] for t in working.json()["tasks"]] == [held]
-    assert unknown_status.json()["totalSize"] == 2, "an unknown status name filters nothing"
+    assert unknown_status.status_code == 400, "an unknown status name is refused (v1.0.1)"
+    assert "status" in unknown_status.json()["error"]["message"]
     assert later.json()["tasks"] == []
 
 
