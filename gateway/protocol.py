@@ -26,6 +26,8 @@ A2A_VERSION: Final = "1.0"
 JSONRPC_BINDING: Final = "JSONRPC"
 #: The ``protocolBinding`` of the door's HTTP+JSON (REST) interface on its card.
 HTTP_JSON_BINDING: Final = "HTTP+JSON"
+#: The gRPC binding (A2A 1.0 section 10), at an address of its own (``host:port``).
+GRPC_BINDING: Final = "GRPC"
 
 
 class TaskState(StrEnum):

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.auth.credentials import DeclaredBearer, JwtIssuer, OperatorToken, member_credential
-from gateway.auth.edge_limits import EDGE_CALL, DoorBounds, EdgeGuard, OnRefusal
+from gateway.auth.edge_limits import EDGE_CALL, DoorBounds, EdgeCall, EdgeGuard, OnRefusal
 from gateway.auth.hosts import HostCheck
 from gateway.auth.refusals import REFUSALS, Refusal, Refused, answer, loggable, refuse_websocket
 from gateway.auth.request_reading import (
@@ -245,6 +245,41 @@ class DoorAuth:
                                 else Replay(body, receive), send)
             return
         await self.app(scope, receive if rpc is None else Replay(body, receive), send)
+
+    # --- the same decision for a call that is no HTTP request (gRPC) -------------------
+
+    def decide(self, headers: Headers, method: str) -> tuple[Caller, Headers]:
+        """Checks 1-3 and 5-6 for a call whose method its framing names (a gRPC call,
+        :mod:`gateway.grpc.interceptor`): the steps ``__call__`` runs, not a copy. Returns
+        the caller and the headers its method may see (``Authorization`` and the trust
+        header removed), or raises :class:`Refused`.
+
+        Check 4 is the framing's (the method is the call's path); check 7, the ``Host``,
+        guards browsers against DNS rebinding and no browser speaks gRPC; check 8 is the
+        framing's own parsing."""
+        if not self._authenticated:
+            return PUBLIC_CALLER, without_stripped(headers)
+        authorization, authorizations, _, _, trusted, _, kept = scan_head(headers)
+        caller = self._credential(authorization, authorizations, trusted)
+        self._permit(caller, rpc_route(method))
+        return caller, kept
+
+    def bound(self, caller: Caller, method: str, headers: Headers) -> EdgeCall | None:
+        """Checks 9-10 for a call :meth:`decide` admitted: its :class:`EdgeCall` (release
+        it when the call ends), ``None`` where nothing bounds it, or :class:`Refused`."""
+        guard = self._guard
+        if guard is None or not guard.bounds_call(caller, method):
+            return None
+        return guard.admit(caller, headers)
+
+    def refused(self, refused: Refused, framing: str, method: str) -> None:
+        """Count and log a refusal another framing answers itself (a gRPC status)."""
+        self._metrics.refusal(refused.code)
+        if logger.isEnabledFor(logging.INFO):
+            who = refused.fields.get("credential") or refused.fields.get("member")
+            logger.info("door refused %s %s: %s%s%s", framing, loggable(method[:64]),
+                        refused.code, f" {who}" if who else "",
+                        f" ({refused.reason})" if refused.reason else "")
 
     # --- 9-10: the bounds along the edges (a version 2 roster) -------------------------
 

@@ -30,7 +30,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.auth.cors import Cors
 from gateway.auth.credentials import OPERATOR_CREDENTIAL
@@ -59,6 +59,9 @@ from gateway.routes import CARD, FILES, HEALTH, METRICS, ROUTE_SCOPE_KEY, RPC, R
 from gateway.sse import KeepAlive
 from gateway.trace.bus import TraceBus
 from gateway.types import ASGIApp, Headers, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from gateway.grpc.server import GrpcServer
 
 log = logging.getLogger("murmur.door")
 
@@ -213,15 +216,18 @@ class Door:
                                    keepalive=keepalive)
         self._rest = RestBinding(tasks.methods, max_body=policy.max_body,
                                  keepalive=keepalive)
+        #: The gRPC binding's server, while it serves (serve_grpc).
+        self._grpc: GrpcServer | None = None
         self._out_root = (os.path.realpath(settings.out_dir)
                           if settings.out_dir is not None else None)
         #: The A2A app without DoorAuth (for benchmarks and tests that set the Caller).
         self.inner_app: ASGIApp = _DoorApp(self)
         #: The door as served: DoorAuth in front of the A2A app, each request counted in
         #: front of both, and CORS in front of all when the policy names origins.
-        self.app: ASGIApp = RequestMetrics(
-            DoorAuth(self.inner_app, policy, self.metrics, on_bound=self._bound_refused),
-            self.metrics)
+        #: DoorAuth: in front of the A2A app here, and the same decision on the gRPC
+        #: binding (gateway.grpc.interceptor).
+        self.auth = DoorAuth(self.inner_app, policy, self.metrics, on_bound=self._bound_refused)
+        self.app: ASGIApp = RequestMetrics(self.auth, self.metrics)
         if policy.allow_origins:
             self.app = Cors(self.app, policy.allow_origins)
 
@@ -254,6 +260,26 @@ class Door:
         """Name the door's own URL on its card, once the socket is bound."""
         self._card.set_url(url)
 
+    async def serve_grpc(self) -> str | None:
+        """Serve the gRPC binding on a loopback port of its own (gateway.grpc) and list it
+        on the card; its address (``127.0.0.1:<port>``), or ``None`` without the ``grpc``
+        extra. Call it in the loop the door serves in, before the card is signed."""
+        from gateway.grpc import available
+        if not available():
+            return None
+        from gateway.grpc.server import GrpcServer
+        server = GrpcServer(self.tasks.methods, self.auth)
+        await server.start()
+        self._grpc = server
+        self._card.set_grpc_url(server.url)
+        return server.url
+
+    async def stop_grpc(self, grace: float = 2.0) -> None:
+        """Stop the gRPC binding (calls in flight have ``grace`` seconds)."""
+        server, self._grpc = self._grpc, None
+        if server is not None:
+            await server.stop(grace)
+
     def sign_card(self, signature: dict[str, str], public_key: bytes) -> bool:
         """Serve the card with ``signature`` when it verifies (gateway/door/card.py)."""
         return self._card.sign(signature, public_key)
@@ -261,7 +287,9 @@ class Door:
     def add_listener(self, port: int, url: str) -> None:
         """A request that arrives on local ``port`` (a listener beyond loopback) is
         served a card naming ``url``: the address its clients reach the door at."""
-        self._cards_by_port[port] = CardRoute(replace(self._card.info, door_url=url),
+        # gRPC is served on loopback only (docs/grpc.md): a listener's card does not list it.
+        self._cards_by_port[port] = CardRoute(replace(self._card.info, door_url=url,
+                                                      grpc_url=""),
                                               authenticated=self.policy.authenticated)
 
     def _card_for(self, scope: Scope) -> CardRoute:
@@ -281,7 +309,7 @@ class Door:
         url = f"{scope.get('scheme', 'http')}://{host.decode('latin-1')}"
         card = self._cards_by_host.get(url)
         if card is None:
-            card = CardRoute(replace(self._card.info, door_url=url),
+            card = CardRoute(replace(self._card.info, door_url=url, grpc_url=""),
                              authenticated=self.policy.authenticated)
             if len(self._cards_by_host) < _HOST_CARDS:
                 self._cards_by_host[url] = card

@@ -2,11 +2,11 @@
 with ``Cache-Control``, ``ETag`` and ``Last-Modified``, ``304`` on a matching
 ``If-None-Match``.
 
-The card lists both of the door's interfaces at its URL (``JSONRPC`` first, then
-``HTTP+JSON``). A door with ``network.public_card`` also serves a public card to a
-request without a credential (DoorAuth marks it :data:`gateway.caller.ANONYMOUS_CALLER`):
-the same card without the session extension, which names the member, its session and
-its formation."""
+The card lists both of the door's HTTP interfaces at its URL (``JSONRPC`` first, then
+``HTTP+JSON``), and ``GRPC`` at its own address when the door serves it. A door with
+``network.public_card`` also serves a public card to a request without a credential
+(DoorAuth marks it :data:`gateway.caller.ANONYMOUS_CALLER`): the same card without the
+session extension, which names the member, its session and its formation."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from gateway.door.card_signing import signature_valid
 from gateway.http_io import header, send_response
 from gateway.protocol import (
     A2A_VERSION,
+    GRPC_BINDING,
     HTTP_JSON_BINDING,
     JSONRPC_BINDING,
     SESSION_EXTENSION_URI,
@@ -66,6 +67,8 @@ class CardInfo:
     #: The key the card's signature verifies with (unpadded base64url of the raw Ed25519
     #: public key): the formation key, or a standalone door's ``--card-signing-key``.
     signing_key: str | None = None
+    #: The gRPC binding's address (``127.0.0.1:<port>``), when the door serves it.
+    grpc_url: str = ""
 
 
 def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
@@ -73,10 +76,7 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
     card: dict[str, Any] = {
         "name": info.name,
         "description": info.description,
-        "supportedInterfaces": [
-            {"url": info.door_url, "protocolBinding": binding, "protocolVersion": A2A_VERSION}
-            for binding in (JSONRPC_BINDING, HTTP_JSON_BINDING)
-        ],
+        "supportedInterfaces": _interfaces(info),
         "version": info.version,
         "capabilities": {
             "streaming": True,
@@ -105,6 +105,18 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
         }}}
         card["securityRequirements"] = [{"schemes": {BEARER_SCHEME: {"list": []}}}]
     return AgentCard.model_validate(card).wire()
+
+
+def _interfaces(info: CardInfo) -> list[dict[str, str]]:
+    """JSON-RPC first (the binding a client without a preference takes), then HTTP+JSON
+    at the same URL, then gRPC at its own address when the door serves it."""
+    interfaces = [
+        {"url": info.door_url, "protocolBinding": binding, "protocolVersion": A2A_VERSION}
+        for binding in (JSONRPC_BINDING, HTTP_JSON_BINDING)]
+    if info.grpc_url:
+        interfaces.append({"url": info.grpc_url, "protocolBinding": GRPC_BINDING,
+                           "protocolVersion": A2A_VERSION})
+    return interfaces
 
 
 def public_card(card: dict[str, Any]) -> dict[str, Any]:
@@ -162,6 +174,11 @@ class CardRoute:
         the card before is dropped."""
         self._signature = None
         self._rebuild(replace(self._info, door_url=url))
+
+    def set_grpc_url(self, url: str) -> None:
+        """List the door's gRPC binding at ``url`` on the card (as :meth:`set_url`)."""
+        self._signature = None
+        self._rebuild(replace(self._info, grpc_url=url))
 
     def sign(self, signature: dict[str, str], public_key: bytes) -> bool:
         """Serve the card with ``signature`` (in ``signatures``) when it verifies under

@@ -2,7 +2,8 @@
 
 In order: :class:`LiveTasks`, the tasks the door holds, followed on the trace (and
 :func:`ask_operator`, for a ``--task`` task that asks for input); :class:`DoorListeners`,
-the door's sockets (bound at staging) and the uvicorn servers on them; :func:`serve`,
+the door's sockets (bound at staging), the uvicorn servers on them and the door's
+gRPC server; :func:`serve`,
 which serves the built door on ``127.0.0.1`` (and beyond loopback with ``--listen``),
 starts the watchers, runs ``--task`` as a task on its own door and prints the one
 readiness line (:func:`say_ready`) once the door answers; and :class:`Watchers`, the
@@ -152,6 +153,9 @@ class DoorListeners:
         self._public_socket: socket.socket | None = None
         self._public_server: DoorServer | None = None
         self._public_task: asyncio.Task[None] | None = None
+        #: The gRPC binding's address while the door serves it, and its door.
+        self.grpc_url: str | None = None
+        self._grpc_door: Door | None = None
 
     def bind(self) -> None:
         """Both sockets, before anything is staged: the records name the door's URLs."""
@@ -195,6 +199,7 @@ class DoorListeners:
                     await asyncio.sleep(0.005)
                 while not task.done():
                     if await _healthz(self._port):
+                        await self._serve_grpc(door)
                         return
                     await asyncio.sleep(0.02)
         except TimeoutError:
@@ -207,6 +212,16 @@ class DoorListeners:
         raise StartFailed(member_diagnostic(
             SESSION_NOT_STAGED, action="served", problem=problem,
             fix="see the lines above; run it again"))
+
+    async def _serve_grpc(self, door: Door) -> None:
+        """The gRPC binding on a loopback port of its own (docs/grpc.md); a door that
+        cannot serve it serves the HTTP bindings alone, and says why."""
+        try:
+            self.grpc_url = await door.serve_grpc()
+        except (OSError, RuntimeError) as exc:
+            log.warning("the door serves no gRPC binding: %s", exc)
+            return
+        self._grpc_door = door
 
     async def serve_public(self, door: Door) -> None:
         """The listener beyond loopback: the same door app, TLS when asked."""
@@ -230,8 +245,11 @@ class DoorListeners:
                 fix="see the lines above; run it again"))
 
     async def stop(self) -> None:
-        """Stop both servers (or close the sockets nothing served on), beyond loopback
-        first."""
+        """Stop every server (or close the sockets nothing served on): gRPC, then
+        beyond loopback, then loopback."""
+        door, self._grpc_door = self._grpc_door, None
+        if door is not None:
+            await bounded(door.stop_grpc(), SERVER_STOP_SECONDS)
         if self._public_server is not None and self._public_task is not None:
             self._public_server.stop()
             await bounded(asyncio.shield(self._public_task), SERVER_STOP_SECONDS)
@@ -349,6 +367,8 @@ def say_ready(session: MemberSession) -> bool:
             "event": "ready", "session_id": session.plan.session_id, "pid": os.getpid(),
             "door_url": session.door_url, "capsule": options.capsule,
             "version": options.version, "records_dir": str(records.dir)}
+        if session.listeners.grpc_url is not None:
+            line["grpc_url"] = session.listeners.grpc_url
         if session.public_url is not None:
             line["public_url"] = session.public_url
         if session.task_id is not None:   # --task: the task it runs on its own door

@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.auth.credentials import DeclaredBearer, OperatorToken
 from gateway.auth.door_auth import AuthPolicy
+from gateway.auth.edge_limits import DoorBounds
 from gateway.auth.tokens import FormationVerifier
 from gateway.caller import TASK_METHODS
 from gateway.door.app import Door, DoorSettings, build_door
@@ -118,21 +119,25 @@ class ServedDoor:
     url: str
     recorder: PathRecorder
     tokens: dict[str, str]
+    #: The gRPC binding's address (``served_door(grpc=True)``), else "".
+    grpc_url: str = ""
 
     def headers(self, who: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"}
 
 
 @asynccontextmanager
-async def served_door(*, public_card: bool = False) -> AsyncIterator[ServedDoor]:
+async def served_door(*, public_card: bool = False, grpc: bool = False,
+                      bounds: DoorBounds | None = None) -> AsyncIterator[ServedDoor]:
     """An authenticated door (operator token, declared bearer ``ci`` with every task
-    method, formation tokens for ``coder``) served by uvicorn behind a PathRecorder."""
+    method, formation tokens for ``coder``) served by uvicorn behind a PathRecorder, and
+    with ``grpc`` on its gRPC binding too."""
     operator = OperatorToken.generate()
     policy = AuthPolicy(
         authenticated=True, operator=operator,
         bearers=(DeclaredBearer("ci", CI_TOKEN, TASK_METHODS),),
         verifier=FormationVerifier(KEY.public_bytes, FORMATION), member=CALLEE,
-        accept_peer_tasks=True, public_card=public_card,
+        accept_peer_tasks=True, public_card=public_card, bounds=bounds,
     )
     agent = Agent()
     settings = DoorSettings(card=card_info(member=CALLEE, formation_id=FORMATION),
@@ -143,9 +148,11 @@ async def served_door(*, public_card: bool = False) -> AsyncIterator[ServedDoor]
               "formation": mint(caller=PEER, callee=CALLEE)}
     async with serve(recorder) as url:
         door.set_url(url)
+        grpc_url = (await door.serve_grpc() or "") if grpc else ""
         try:
-            yield ServedDoor(door, agent, url, recorder, tokens)
+            yield ServedDoor(door, agent, url, recorder, tokens, grpc_url)
         finally:
+            await door.stop_grpc(0.5)
             door.wind_down("the test is over")
 
 
