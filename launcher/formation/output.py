@@ -3,7 +3,10 @@
 ``--json``: one JSON object on stdout (docs/launcher.md, "The formation line")::
 
     {"event":"formation","formation_id":"frm_…","project_dir":"/…",
-     "members":[{"name","entry","pid","session_id","door_url","workdir"}, …]}
+     "members":[{"name","entry","pid","session_id","door_url","grpc_url","workdir"}, …]}
+
+``grpc_url`` is the door's gRPC binding (``127.0.0.1:<port>``, docs/grpc.md), ``null``
+for a door that serves none;
 
 plus ``public_url`` (at the top and on the entry member's row) when ``--publish`` put
 the entry member's door beyond loopback.
@@ -34,6 +37,7 @@ def formation_line(formation_id: str, project_dir: Path,
             "pid": member.process.pid,
             "session_id": ready.session_id if ready else None,
             "door_url": ready.door_url if ready else None,
+            "grpc_url": ready.grpc_url if ready else None,
             "workdir": str(member.workdir),
         })
         if member.entry and ready is not None and ready.public_url is not None:

@@ -85,6 +85,8 @@ class Ready:
     formation_id: str | None
     #: Where the door is published beyond loopback (``--listen``), when it is.
     public_url: str | None = None
+    #: The door's gRPC binding (``127.0.0.1:<port>``), when it serves one.
+    grpc_url: str | None = None
 
     @property
     def operator_token_path(self) -> Path:
@@ -162,10 +164,12 @@ def parse_ready_line(line: bytes, *, member: str, formation_id: str | None) -> R
             or not _under(Path(os.path.normpath(records_dir)), root)):
         raise NotReady(member, f"its readiness line reports no records directory under {root}")
     public_url = data.get("public_url")
+    grpc_url = data.get("grpc_url")
     return Ready(member=member, session_id=session_id, pid=pid, door_url=data["door_url"],
                  records_dir=Path(os.path.normpath(records_dir)), formation_id=reported,
                  public_url=public_url if isinstance(public_url, str)
-                 and public_url.startswith(("http://", "https://")) else None)
+                 and public_url.startswith(("http://", "https://")) else None,
+                 grpc_url=grpc_url if loopback_door(f"http://{grpc_url}") else None)
 
 
 def card_names_session(card: object, session_id: str) -> bool:

@@ -100,10 +100,12 @@ async def test_listen_serves_the_same_door_at_another_address(project: Project) 
     async with httpx.AsyncClient() as http:
         card = (await http.get(url + "/.well-known/agent-card.json",
                                headers={"Authorization": f"Bearer {member.token}"})).json()
-        assert {i["url"] for i in card["supportedInterfaces"]} == {url}
+        assert {i["url"] for i in card["supportedInterfaces"]} == {url}, \
+            "gRPC is served on loopback only: the listener's card does not list it"
         loopback = (await http.get(member.door + "/.well-known/agent-card.json",
                                    headers={"Authorization": f"Bearer {member.token}"})).json()
-        assert {i["url"] for i in loopback["supportedInterfaces"]} == {member.door}
+        assert {i["url"]: i["protocolBinding"] for i in loopback["supportedInterfaces"]} == {
+            member.door: "HTTP+JSON", member.ready["grpc_url"]: "GRPC"}
         # the same DoorAuth: no credential, 401; a Host it was not given, 421
         assert (await http.get(url + "/.well-known/agent-card.json")).status_code == 401
         rebound = await http.get(url + "/.well-known/agent-card.json", headers={

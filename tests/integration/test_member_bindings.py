@@ -48,7 +48,9 @@ def test_a_member_serves_both_bindings_cors_and_a_public_card(project: Project) 
         no_token = client.get("/tasks", headers={"A2A-Version": "1.0"})
     card = anonymous.json()
     assert anonymous.status_code == 200
-    assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == ["JSONRPC", "HTTP+JSON"]
+    assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == [
+        "JSONRPC", "HTTP+JSON", "GRPC"]
+    assert card["supportedInterfaces"][2]["url"] == member.ready["grpc_url"]
     assert "extensions" not in card["capabilities"]  # no session, member or formation named
     assert member.ready["session_id"] not in anonymous.text
     assert "bearer" in card["securitySchemes"]
@@ -71,7 +73,8 @@ async def test_standard_discovery_reads_the_public_card_then_authenticates(
     async with httpx.AsyncClient(timeout=10.0) as anonymous:
         card = await A2ACardResolver(anonymous, member.door).get_agent_card()
     assert card.security_schemes["bearer"].http_auth_security_scheme.scheme == "Bearer"
-    assert {i.protocol_binding for i in card.supported_interfaces} == {"JSONRPC", "HTTP+JSON"}
+    assert {i.protocol_binding for i in card.supported_interfaces} == {
+        "JSONRPC", "HTTP+JSON", "GRPC"}
     async with httpx.AsyncClient(timeout=10.0, headers={
             "Authorization": f"Bearer {WEB_TOKEN}", "A2A-Version": "1.0"}) as client:
         task = await client.get(member.door + "/tasks/unknown-task")

@@ -93,10 +93,20 @@ FID = new_formation_id()
 SESSION = new_session_id()
 
 
+@pytest.mark.parametrize("grpc_url, kept", [
+    ("127.0.0.1:50051", "127.0.0.1:50051"), ("10.0.0.8:50051", None),
+    ("127.0.0.1", None), (["127.0.0.1:1"], None), ("user@127.0.0.1:5", None),
+])
+def test_a_readiness_line_keeps_a_loopback_grpc_url_only(grpc_url: Any, kept: str | None) -> None:
+    ready = parse_ready_line(ready_line(grpc_url=grpc_url), member="coder", formation_id=FID)
+    assert ready.grpc_url == kept
+
+
 def test_a_good_readiness_line_is_taken() -> None:
     ready = parse_ready_line(ready_line(), member="coder", formation_id=FID)
     assert ready.session_id == SESSION
     assert ready.door_url == "http://127.0.0.1:41234"
+    assert ready.grpc_url is None, "a line without grpc_url: a door that serves none"
     assert ready.operator_token_path.name == "operator.token"
 
 
@@ -377,4 +387,4 @@ def test_formation_line_lists_members_in_roster_order() -> None:
     assert [m["name"] for m in line["members"]] == ["planner", "coder"]
     assert set(line) == {"event", "formation_id", "project_dir", "members"}
     assert set(line["members"][0]) == {"name", "entry", "pid", "session_id", "door_url",
-                                       "workdir"}
+                                       "grpc_url", "workdir"}
