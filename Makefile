@@ -89,6 +89,7 @@ bench: $(LOADTEST_STAMP)
 	$(BIN)/python loadtests/bench_launch.py
 	$(BIN)/python loadtests/bench_gateway.py
 	$(BIN)/python loadtests/bench_model.py
+	$(BIN)/python loadtests/bench_grpc.py
 	$(BIN)/python loadtests/plots.py
 
 # A formation with a busy callee and three callers, 10,000 calls (bounded by --deadline).
