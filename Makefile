@@ -107,7 +107,7 @@ BASE_IMAGE ?= python:3.11-slim
 
 image: $(STAMP)
 	rm -f docker/wheelhouse/*.whl
-	$(BIN)/pip wheel --quiet --wheel-dir docker/wheelhouse . dumb-init
+	$(BIN)/pip wheel --quiet --wheel-dir docker/wheelhouse '.[grpc]' dumb-init
 	base=$$(sh docker/base-image.sh $(BASE_IMAGE)) && \
 		docker build --file docker/Dockerfile --build-arg BASE_IMAGE=$$base --tag $(IMAGE) .
 

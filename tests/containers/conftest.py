@@ -50,7 +50,7 @@ def image(engine: None) -> str:
     wheelhouse = ROOT / "docker" / "wheelhouse"
     for old in wheelhouse.glob("*.whl"):
         old.unlink()
-    wheels(wheelhouse, ".", "dumb-init")
+    wheels(wheelhouse, ".[grpc]", "dumb-init")   # the image serves gRPC too
     base = subprocess.run(["sh", str(ROOT / "docker" / "base-image.sh"), BASE_IMAGE],
                           capture_output=True, text=True, timeout=BUILD_SECONDS, check=False)
     if base.returncode != 0:
