@@ -308,3 +308,33 @@ async def test_a_message_past_the_doors_size_is_resource_exhausted(served: Serve
             await door.SendMessage(big, metadata=metadata(CI_TOKEN))
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert served.door.held == 0
+
+
+async def test_without_the_grpc_extra_the_card_lists_no_grpc(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.grpc
+
+    monkeypatch.setattr(gateway.grpc, "available", lambda: False)
+    async with served_door(grpc=True) as served:
+        interfaces = served.door.card["supportedInterfaces"]
+    assert served.grpc_url == ""
+    assert [i["protocolBinding"] for i in interfaces] == ["JSONRPC", "HTTP+JSON"]
+
+
+async def test_a_server_without_doorauths_interceptor_serves_nothing(served: ServedDoor) -> None:
+    """Fail closed: a method reached without the interceptor's decision refuses."""
+    from gateway.grpc.binding import GrpcBinding
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (GrpcBinding(served.door.tasks.methods).generic_handler(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await a2a_pb2_grpc.A2AServiceStub(channel).ListTasks(
+                    ListTasksRequest(), metadata=metadata(served.tokens["operator"]))
+    finally:
+        await server.stop(0)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
