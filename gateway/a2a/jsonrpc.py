@@ -146,13 +146,21 @@ class RpcError(GatewayError):
         }
         return {"code": self.spec.code, "message": self.message, "data": [info, *self.extra]}
 
+    def wire_spec(self, error: dict[str, Any] | None = None) -> ErrorSpec:
+        """The row this error travels as: its own, or for an error passed on with
+        another code (an upstream's), the row of that code. ``error``: the
+        :meth:`error_object` already made, if any."""
+        code = (error if error is not None else self.error_object())["code"]
+        if code == self.spec.code:
+            return self.spec
+        return ERROR_BY_CODE.get(code, ERROR_TABLE["INTERNAL_ERROR"])
+
     def status_object(self) -> tuple[int, dict[str, Any]]:
         """This error in the HTTP+JSON binding: its HTTP status and the
         ``google.rpc.Status`` document (``code``, ``status``, ``message``, ``details``
         holding the same ErrorInfo and detail objects as the JSON-RPC ``data``)."""
         error = self.error_object()
-        spec = self.spec if error["code"] == self.spec.code else ERROR_BY_CODE.get(
-            error["code"], ERROR_TABLE["INTERNAL_ERROR"])
+        spec = self.wire_spec(error)
         details = error.get("data")
         if not (isinstance(details, list) and details
                 and all(isinstance(detail, dict) and "@type" in detail for detail in details)):

@@ -46,8 +46,8 @@ class GrpcStatus:
 
 def rpc_error_status(error: RpcError) -> GrpcStatus:
     """An A2A error as its gRPC status (see the module text)."""
-    code = grpc.StatusCode[error.spec.status]
     document = error.error_object()
+    code = grpc.StatusCode[error.wire_spec(document).status]   # an upstream's by its code
     details = [detail for detail in document.get("data") or ()
                if isinstance(detail, dict) and "@type" in detail]
     return _status(code, str(document["message"]), details)
