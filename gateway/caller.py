@@ -32,15 +32,17 @@ OPERATOR_METHODS: frozenset[str] = TASK_METHODS | {
 #: ``GET /metrics`` (docs/metrics.md): the operator's, and a declared credential's that
 #: names it; never a formation token's.
 METRICS_METHOD = "Metrics"
-#: Every scope a declared credential may name.
-DECLARABLE_SCOPES: frozenset[str] = OPERATOR_METHODS | {METRICS_METHOD}
-#: The push notification configuration methods, which no door serves.
+#: The push notification configuration methods: served at a door whose manifest allows
+#: webhooks (docs/push.md), to the operator and to a declared credential that names them.
 PUSH_METHODS: frozenset[str] = frozenset({
     "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
     "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig",
 })
-#: A2A methods a door refuses to everyone (no push notifications, no extended card):
-#: known names, so a refusal may echo them.
+#: Every scope a declared credential may name.
+DECLARABLE_SCOPES: frozenset[str] = OPERATOR_METHODS | {METRICS_METHOD} | PUSH_METHODS
+#: A2A methods beyond the task methods that a door may refuse (no push notifications
+#: where none are allowed, no extended card where none is declared): known names, so a
+#: refusal may echo them.
 REFUSED_METHODS: frozenset[str] = PUSH_METHODS | {"GetExtendedAgentCard"}
 #: Exactly the five scopes a formation token carries (docs/door-auth.md).
 FORMATION_SCOPES: frozenset[str] = frozenset(

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.auth.cors import Cors
-from gateway.auth.credentials import OPERATOR_CREDENTIAL
+from gateway.auth.credentials import OPERATOR_CREDENTIAL, OperatorToken
 from gateway.auth.door_auth import AuthPolicy, DoorAuth
 from gateway.caller import Caller, caller_of
 from gateway.door.card import CardInfo, CardRoute
@@ -55,6 +55,8 @@ from gateway.door.tasks import (
 from gateway.http_io import header, send_error, send_not_allowed, send_response
 from gateway.metrics import CONTENT_TYPE, DoorMetrics, RequestMetrics
 from gateway.protocol import FILES_PREFIX
+from gateway.proxy.egress import AllowList
+from gateway.push.notifications import PushNotifications
 from gateway.routes import CARD, FILES, HEALTH, METRICS, ROUTE_SCOPE_KEY, RPC, Route, classify
 from gateway.sse import KeepAlive
 from gateway.trace.bus import TraceBus
@@ -86,6 +88,9 @@ class DoorSettings:
     max_finished_bytes: int = DEFAULT_MAX_FINISHED_BYTES
     #: The bounds on live streams, per owner, per task and at the door (docs/limits.md).
     streams: StreamLimits = field(default_factory=StreamLimits)
+    #: Where push notifications may be sent (``network.push.allow``, host[:port]
+    #: entries, docs/push.md); none: the door sends none and refuses their methods.
+    push_allow: tuple[str, ...] = ()
 
 
 class DoorTasks(Protocol):
@@ -123,12 +128,19 @@ class LocalTasks:
     """The tasks of a member whose agent runs in this process: the door's TaskStore and
     the A2A methods over it."""
 
-    def __init__(self, agent: AgentFn, settings: DoorSettings, trace: TraceBus) -> None:
+    def __init__(self, agent: AgentFn, settings: DoorSettings, trace: TraceBus,
+                 operator: OperatorToken | None = None) -> None:
         self.store = TaskStore(agent, settings.gate, trace,
                                max_finished=settings.max_finished_tasks,
                                max_finished_bytes=settings.max_finished_bytes)
+        #: Push notifications, at a door whose manifest allows webhooks somewhere.
+        self.push = (PushNotifications(
+            self.store, AllowList(settings.push_allow), trace,
+            is_door_secret=operator.matches if operator is not None else None)
+            if settings.push_allow else None)
         self.methods: A2AMethods = LocalMethods(
-            self.store, trace, stop=self.store.request_stop, streams=settings.streams.book())
+            self.store, trace, stop=self.store.request_stop, streams=settings.streams.book(),
+            push=self.push)
 
     @property
     def held(self) -> int:
@@ -179,7 +191,8 @@ class LocalTasks:
         await self.store.drained()
 
     async def aclose(self) -> None:
-        return None
+        if self.push is not None:
+            await self.push.aclose()
 
 
 #: Cards kept for the addresses a listener beyond loopback was reached at (past it, each
@@ -537,9 +550,11 @@ def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | N
     its proxies count into too)."""
     policy = policy if policy is not None else AuthPolicy()
     trace = trace if trace is not None else TraceBus()
-    card = CardRoute(settings.card, authenticated=policy.authenticated)
-    return Door(LocalTasks(agent, settings, trace), settings, policy, trace, card,
-                metrics)
+    info = replace(settings.card, push_notifications=True) if settings.push_allow \
+        else settings.card
+    card = CardRoute(info, authenticated=policy.authenticated)
+    return Door(LocalTasks(agent, settings, trace, policy.operator), settings, policy, trace,
+                card, metrics)
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -69,6 +69,8 @@ class CardInfo:
     signing_key: str | None = None
     #: The gRPC binding's address (``127.0.0.1:<port>``), when the door serves it.
     grpc_url: str = ""
+    #: Whether the door sends push notifications (``network.push.allow``, docs/push.md).
+    push_notifications: bool = False
 
 
 def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
@@ -80,7 +82,7 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
         "version": info.version,
         "capabilities": {
             "streaming": True,
-            "pushNotifications": False,
+            "pushNotifications": info.push_notifications,
             "extendedAgentCard": False,
             "extensions": [{
                 "uri": SESSION_EXTENSION_URI,

@@ -30,6 +30,7 @@ from gateway.door.streams import StreamBook
 from gateway.door.task_record import StreamEvent, TaskRecord
 from gateway.door.tasks import TaskStore
 from gateway.protocol import INTERRUPTED_STATES, TERMINAL_STATES
+from gateway.push.notifications import PushNotifications
 from gateway.trace.bus import TraceBus
 
 __all__ = ["LocalMethods", "TaskEventStream"]
@@ -41,9 +42,18 @@ class LocalMethods(A2AMethods):
     """The A2A methods of a door whose tasks run here, in ``store``."""
 
     def __init__(self, store: TaskStore, trace: TraceBus, *, stop: Callable[[str], None],
-                 streams: StreamBook | None = None) -> None:
+                 streams: StreamBook | None = None,
+                 push: PushNotifications | None = None) -> None:
         super().__init__(trace, stop=stop, streams=streams)
         self._store = store
+        self._push = push
+        if push is not None:   # the four configuration methods, served here
+            self._unary.update({
+                "CreateTaskPushNotificationConfig": push.create,
+                "GetTaskPushNotificationConfig": push.get,
+                "ListTaskPushNotificationConfigs": push.list,
+                "DeleteTaskPushNotificationConfig": push.delete,
+            })
 
     def _approvals(self) -> Approvals:
         return self._store.approvals
@@ -70,10 +80,17 @@ class LocalMethods(A2AMethods):
 
     def _send(self, params: dict[str, Any],
               caller: Caller) -> tuple[SendMessageRequest, TaskRecord]:
-        request = send_message_request(params)
+        request = send_message_request(params, push=self._push is not None)
         message = {key: value for key, value in request.message.wire().items()
                    if value is not None}
+        configuration = request.configuration
+        push = configuration.task_push_notification_config if configuration else None
+        if push is not None and self._push is not None:
+            # Read before the task is made: a configuration refused starts nothing.
+            self._push.check(push, caller)
         record = self._store.send(message, caller, request.metadata)
+        if push is not None and self._push is not None:
+            self._push.watch(record, push, caller)   # before the agent can run
         return request, record
 
     async def get_task(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:

@@ -54,12 +54,13 @@ def validate_params(model: type[M], params: dict[str, Any]) -> M:
         raise invalid_params(exc) from exc
 
 
-def send_message_request(params: dict[str, Any]) -> SendMessageRequest:
+def send_message_request(params: dict[str, Any], *, push: bool = False) -> SendMessageRequest:
     """A SendMessage's params validated (``-32602`` naming the field), a push
-    configuration refused (``-32003``): the same for a local door and a relay."""
+    configuration refused (``-32003``) unless the door sends push notifications
+    (``push``): the same for a local door and a relay."""
     request = validate_params(SendMessageRequest, params)
     configuration = request.configuration
-    if configuration is not None and configuration.task_push_notification_config:
+    if configuration is not None and configuration.task_push_notification_config and not push:
         raise RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
                        "this door sends no push notifications; follow the task with "
                        "SubscribeToTask or GetTask")
@@ -206,7 +207,7 @@ def _unknown_method(method: str) -> RpcError:
     if method in PUSH_METHODS:
         return RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
                         "this door sends no push notifications (capabilities.pushNotifications "
-                        "is false)")
+                        "is false: its manifest allows no webhook in network.push.allow)")
     if method == "GetExtendedAgentCard":
         return RpcError("UNSUPPORTED_OPERATION",
                         "this door has no extended agent card (capabilities.extendedAgentCard "

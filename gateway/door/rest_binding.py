@@ -38,7 +38,7 @@ from urllib.parse import unquote_plus
 
 from gateway.a2a.jsonrpc import RequestError, RpcError, dumps, parse_body
 from gateway.a2a.rest_routes import RestRoute
-from gateway.caller import caller_of
+from gateway.caller import PUSH_METHODS, caller_of
 from gateway.door.jsonrpc_binding import (
     check_version,
     content_type_not_supported,
@@ -72,6 +72,7 @@ _QUERY_FIELDS: dict[str, frozenset[str]] = {
     "GetTask": frozenset({"historyLength"}),
     "ListTasks": frozenset({"contextId", "status", "pageSize", "pageToken", "historyLength",
                             "statusTimestampAfter", "includeArtifacts"}),
+    "ListTaskPushNotificationConfigs": frozenset({"pageSize", "pageToken"}),
 }
 _VERSION = VERSION_HEADER.encode("ascii")
 _ORIGIN = b"origin"
@@ -159,7 +160,12 @@ class RestBinding:
                 raise content_type_not_supported()
         check_version(scope, version)
         unary, streaming = self._methods.handlers(route.method)  # refused before its parameters
-        if route.task_id is not None:
+        if route.method in PUSH_METHODS:    # the path names the task and the config
+            if route.task_id is not None:
+                params["taskId"] = route.task_id
+            if route.config_id is not None:
+                params["id"] = route.config_id
+        elif route.task_id is not None:
             params["id"] = route.task_id  # the path's id wins over one in the body
         if route.tenant is not None:
             params["tenant"] = route.tenant

@@ -136,6 +136,10 @@ class TaskStore(TaskListeners):
         """The estimated bytes of the ended tasks still kept."""
         return self.finished.bytes
 
+    def known(self, task_id: str) -> bool:
+        """Whether the door still holds task ``task_id`` (live, or ended and kept)."""
+        return task_id in self._tasks
+
     def visible(self, task_id: Any, caller: Caller) -> TaskRecord:
         """The task ``task_id`` if ``caller`` may reach it, else the one -32001."""
         record = self._tasks.get(task_id) if isinstance(task_id, str) else None

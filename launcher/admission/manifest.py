@@ -177,6 +177,12 @@ class Cors(Strict):
         default_factory=list, description="web origins whose pages may call the door")
 
 
+class PushGrant(Strict):
+    allow: list[Host] = Field(
+        default_factory=list, description="where the door may send push notifications: "
+        "`host` or `host:port` entries, as `capabilities.network.allow`")
+
+
 class Network(Strict):
     authentication: Authentication | None = Field(
         default=None, description="absent for a public door; `{}` for a door that accepts only the "
@@ -185,6 +191,8 @@ class Network(Strict):
     public_card: bool = Field(
         default=False, description="serve the agent card, without the session extension, "
         "to callers with no credential")
+    push: PushGrant = Field(default_factory=PushGrant,
+                            description="push notifications (docs/push.md)")
 
     @classmethod
     def _refuse_empty(cls, data: Mapping[str, Any]) -> None:
@@ -283,6 +291,17 @@ class Manifest(Strict):
                 network_allow=self.capabilities.network.allow):
             raise PydanticCustomError("murmur_value", "{problem}",
                                       {"problem": problem, "fix": fix, "below": below})
+        return self
+
+    @model_validator(mode="after")
+    def _push_on_own_tasks(self) -> Manifest:
+        # A gateway member's tasks are its upstream's: it follows none it could push.
+        if self.network.push.allow and self.agent.a2a is not None:
+            raise PydanticCustomError("murmur_value", "{problem}", {
+                "problem": "is set beside `agent.a2a`, whose tasks run in the upstream "
+                           "server: a gateway member sends no push notifications",
+                "fix": "remove network.push, or let the upstream send them itself",
+                "below": ("network", "push", "allow")})
         return self
 
     @property

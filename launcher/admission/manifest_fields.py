@@ -184,10 +184,12 @@ PythonEntry = Annotated[str, AfterValidator(_python_entry)]
 ManifestVersion = Annotated[int, AfterValidator(_first_version)]
 TaskScope = Literal["SendMessage", "SendStreamingMessage", "GetTask", "CancelTask",
                     "ListTasks", "SubscribeToTask"]
-#: A scope: a task method, or ``Metrics`` (``GET /metrics``, docs/metrics.md), which a
-#: credential has only when it names it.
+#: A scope: a task method, or ``Metrics`` (``GET /metrics``, docs/metrics.md) or a push
+#: configuration method (docs/push.md), which a credential has only when it names it.
 Scope = Literal["SendMessage", "SendStreamingMessage", "GetTask", "CancelTask", "ListTasks",
-                "SubscribeToTask", "Metrics"]
+                "SubscribeToTask", "Metrics", "CreateTaskPushNotificationConfig",
+                "GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs",
+                "DeleteTaskPushNotificationConfig"]
 #: Every task method: the scopes of a declared credential that names none.
 TASK_SCOPES: tuple[Scope, ...] = typing.get_args(TaskScope)
 #: Seconds, written as ``10m``, ``7d``... or a whole number of seconds.

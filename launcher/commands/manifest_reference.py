@@ -134,6 +134,12 @@ MEANINGS: dict[str, tuple[str, str]] = {
                                    "['http://localhost:5173']"),
     "network.public_card": ("Serve the agent card, without its session extension, to "
                             "callers with no credential (standard discovery).", "true"),
+    "network.push": ("Push notifications (docs/push.md); off by default. Not beside "
+                     "`agent.a2a`.", "{allow: ['hooks.example.com:443']}"),
+    "network.push.allow": ("Where webhooks may be sent: `host` or `host:port` entries as "
+                           "in `capabilities.network.allow`; a name that resolves inside the "
+                           "machine is refused unless its address is listed too.",
+                           "['127.0.0.1:8099']"),
     "capabilities": ("What the agent's runtime may do for it.",
                      "{network: {allow: [localhost]}}"),
     "capabilities.network": ("Hosts the agent's HTTP clients may reach.",

@@ -457,7 +457,7 @@ def door_settings(session: MemberSession, records: SessionRecords) -> DoorSettin
                        own_key=(session.options.card_key.public_bytes
                                 if session.options.card_key is not None else None)),
         gate=gate_config(manifest, session.options), out_dir=records.out,
-        streams=stream_limits())
+        streams=stream_limits(), push_allow=tuple(manifest.network.push.allow))
 
 
 def door_policy(session: MemberSession, records: SessionRecords) -> AuthPolicy:

@@ -1,0 +1,120 @@
+"""A door's push notifications: the four configuration methods and the following of
+each task that has a configuration.
+
+In this order: a method finds the task as its caller sees it (another caller's task,
+or one of its configurations, is ``-32001``, as for GetTask), then reads, keeps, shows
+or deletes the configuration (:mod:`gateway.push.configs`). The first configuration of
+a live task starts its pump: subscribed to the task in the same step (no event is
+missed), it hands the Task as it is, then every event until the task ends, to the
+delivery worker (:mod:`gateway.push.delivery`) once for each configuration the task has
+at that moment; every webhook of a task gets its events in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gateway.a2a.jsonrpc import RpcError
+from gateway.caller import Caller
+from gateway.door.task_record import TaskRecord
+from gateway.door.tasks import TaskStore
+from gateway.protocol import TERMINAL_STATES
+from gateway.proxy.egress import AllowList
+from gateway.push.configs import PushConfig, PushConfigs, read_config
+from gateway.push.delivery import DeliveryPolicy, PushDelivery, Resolve
+from gateway.trace.bus import TraceBus
+
+__all__ = ["PushNotifications"]
+
+_MAX_ID = 256
+
+
+class PushNotifications:
+    """The push notifications of a door whose tasks run here (see the module text)."""
+
+    def __init__(self, store: TaskStore, allow: AllowList, trace: TraceBus, *,
+                 is_door_secret: Any = None, policy: DeliveryPolicy | None = None,
+                 resolve: Resolve | None = None) -> None:
+        self._store = store
+        self._allow = allow
+        self._is_door_secret = is_door_secret or (lambda _text: False)
+        self.configs = PushConfigs()
+        self.delivery = PushDelivery(allow, trace, policy, resolve)
+        self._pumps: dict[str, asyncio.Task[None]] = {}
+
+    # --- the four methods ---------------------------------------------------------------
+
+    async def create(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        """CreateTaskPushNotificationConfig: a TaskPushNotificationConfig in, the same
+        with its ``id`` out."""
+        record = self._store.visible(_task_id(params, "taskId"), caller)
+        return self.watch(record, params, caller).wire()
+
+    async def get(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        record = self._store.visible(_task_id(params, "taskId"), caller)
+        return self.configs.get(record.id, _task_id(params, "id"),
+                                caller.credential.owner).wire()
+
+    async def list(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        record = self._store.visible(_task_id(params, "taskId"), caller)
+        return {"configs": [config.wire() for config in
+                            self.configs.of_task(record.id, caller.credential.owner)]}
+
+    async def delete(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        record = self._store.visible(_task_id(params, "taskId"), caller)
+        self.configs.delete(record.id, _task_id(params, "id"), caller.credential.owner)
+        return {}
+
+    # --- following tasks ----------------------------------------------------------------
+
+    def check(self, params: dict[str, Any], caller: Caller) -> None:
+        """Refuse (``-32602``) a configuration given with a SendMessage before the task
+        it is for is made."""
+        read_config(params, "-", caller.credential.owner, self._allow, self._is_door_secret)
+
+    def watch(self, record: TaskRecord, params: dict[str, Any], caller: Caller) -> PushConfig:
+        """Keep the configuration ``params`` for ``record`` and follow the task, when it
+        is live, from now on. Call it in the step that made or found the task."""
+        config = read_config(params, record.id, caller.credential.owner, self._allow,
+                             self._is_door_secret)
+        self.configs.add(config, known=self._store.known)
+        if record.id not in self._pumps and record.state not in TERMINAL_STATES:
+            queue = self._store.subscribe(record)
+            first = {"task": record.snapshot()}
+            self._pumps[record.id] = asyncio.get_running_loop().create_task(
+                self._pump(record, queue, first), name=f"murmur-push-{record.id[:16]}")
+        return config
+
+    async def _pump(self, record: TaskRecord, queue: asyncio.Queue[Any],
+                    first: dict[str, Any]) -> None:
+        try:
+            self._hand_over(record.id, first)
+            while True:
+                event = await queue.get()
+                if event is None:
+                    return
+                self._hand_over(record.id, event)
+                update = event.get("statusUpdate")
+                if update is not None and update["status"]["state"] in TERMINAL_STATES:
+                    return
+        finally:
+            self._store.unsubscribe(record, queue)
+            self._pumps.pop(record.id, None)
+
+    def _hand_over(self, task_id: str, event: dict[str, Any]) -> None:
+        for config in self.configs.of_task(task_id):
+            self.delivery.send(config, event)
+
+    async def aclose(self, grace: float = 2.0) -> None:
+        """Stop following tasks; what is queued has ``grace`` seconds to go out."""
+        for pump in list(self._pumps.values()):
+            pump.cancel()
+        await self.delivery.aclose(grace)
+
+
+def _task_id(params: dict[str, Any], field: str) -> str:
+    value = params.get(field)
+    if not isinstance(value, str) or not value or len(value) > _MAX_ID:
+        raise RpcError("INVALID_PARAMS", f"{field}: the id, as text")
+    return value
