@@ -354,3 +354,47 @@ async def test_the_card_says_push_notifications_only_where_allowed() -> None:
     assert push_door("127.0.0.1:9").door.card["capabilities"]["pushNotifications"] is True
     plain = build_door(Agent(), DoorSettings(card=card_info()))
     assert plain.card["capabilities"]["pushNotifications"] is False
+
+
+async def test_the_push_methods_on_grpc_with_a2a_sdks_messages() -> None:
+    import grpc
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+    push = push_door("127.0.0.1:9")
+    grpc_url = await push.door.serve_grpc()
+    assert grpc_url is not None
+    auth = [("a2a-version", "1.0"), ("authorization", f"Bearer {CI_TOKEN}")]
+    try:
+        async with grpc.aio.insecure_channel(grpc_url) as channel:
+            door = a2a_pb2_grpc.A2AServiceStub(channel)
+            held = await door.SendMessage(a2a_pb2.SendMessageRequest(
+                message=a2a_pb2.Message(message_id="m-grpc", role=a2a_pb2.ROLE_USER,
+                                        parts=[a2a_pb2.Part(text="hold")]),
+                configuration=a2a_pb2.SendMessageConfiguration(return_immediately=True)),
+                metadata=auth)
+            task_id = held.task.id
+            created = await door.CreateTaskPushNotificationConfig(
+                a2a_pb2.TaskPushNotificationConfig(task_id=task_id, url="http://127.0.0.1:9/h",
+                                                   token="t-1"), metadata=auth)
+            listed = await door.ListTaskPushNotificationConfigs(
+                a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=task_id), metadata=auth)
+            await door.DeleteTaskPushNotificationConfig(
+                a2a_pb2.DeleteTaskPushNotificationConfigRequest(task_id=task_id,
+                                                                id=created.id),
+                metadata=auth)
+            with pytest.raises(grpc.aio.AioRpcError) as gone:
+                await door.GetTaskPushNotificationConfig(
+                    a2a_pb2.GetTaskPushNotificationConfigRequest(task_id=task_id,
+                                                                 id=created.id),
+                    metadata=auth)
+            with pytest.raises(grpc.aio.AioRpcError) as outside:
+                await door.CreateTaskPushNotificationConfig(
+                    a2a_pb2.TaskPushNotificationConfig(task_id=task_id,
+                                                       url="http://10.1.2.3/h"), metadata=auth)
+    finally:
+        push.agent.release.set()
+        await push.door.stop_grpc(0.5)
+    assert created.task_id == task_id and created.token == "t-1" and created.id
+    assert [config.id for config in listed.configs] == [created.id]
+    assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+    assert outside.value.code() == grpc.StatusCode.INVALID_ARGUMENT

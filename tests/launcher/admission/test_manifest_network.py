@@ -69,3 +69,41 @@ def test_the_door_policy_carries_the_origins_and_the_public_card() -> None:
     public = _policy(MINIMAL + "network: {cors: {allow_origins: ['*']}}\n")
     assert public.authenticated is False
     assert public.allow_origins == ("*",)
+
+
+# --- network.push (docs/push.md) ----------------------------------------------------------
+
+GATEWAY = ("manifest_version: 1\nname: gw\nversion: 1.0.0\n"
+           "agent: {a2a: {url: 'http://127.0.0.1:9999'}}\n")
+
+
+def test_push_is_off_by_default_and_its_allow_list_is_read() -> None:
+    assert parse_manifest(MINIMAL).network.push.allow == []
+    manifest = parse_manifest(MINIMAL + "network:\n  push: {allow: ['hooks.example.com:443',"
+                                        " '127.0.0.1:8099', localhost]}\n")
+    assert manifest.network.push.allow == ["hooks.example.com:443", "127.0.0.1:8099",
+                                           "localhost"]
+
+
+@pytest.mark.parametrize("entry", ["http://hooks.example.com", "hooks.example.com/path", ""])
+def test_a_push_entry_that_is_no_host_is_refused_naming_the_field(entry: str) -> None:
+    refused = refusal(MINIMAL + f"network: {{push: {{allow: ['{entry}']}}}}\n")
+    assert refused.code == "E-MAN-001"
+    assert "network.push.allow" in refused.diagnostic.message
+
+
+def test_push_beside_a_gateway_agent_is_refused() -> None:
+    refused = refusal(GATEWAY + "network: {push: {allow: ['127.0.0.1:8099']}}\n")
+    assert refused.code == "E-MAN-001"
+    assert "network.push.allow" in refused.diagnostic.message
+    assert "gateway member sends no push notifications" in refused.diagnostic.message
+
+
+def test_push_methods_are_declarable_scopes_and_never_default_ones() -> None:
+    manifest = parse_manifest(MINIMAL + "network:\n  authentication: {bearer: [\n"
+                              "    {name: a, env: A_TOKEN},\n"
+                              "    {name: b, env: B_TOKEN, scopes: [GetTask, "
+                              "CreateTaskPushNotificationConfig]}]}\n")
+    default, named = manifest.network.authentication.bearer  # type: ignore[union-attr]
+    assert not any("Push" in scope for scope in default.scopes)
+    assert named.scopes == ["GetTask", "CreateTaskPushNotificationConfig"]
