@@ -5,7 +5,7 @@ descriptor pool of the door's own, once; the service's methods are read from it
 (:data:`METHODS`: each method's request and response classes and whether it streams);
 then the two conversions the binding makes, between a protobuf message and the
 ProtoJSON dict every other binding reads and writes (:func:`to_params`,
-:func:`from_result`).
+:func:`from_result`, by :mod:`gateway.grpc.protojson`).
 
 Why a pool of our own and not the default one: a2a-sdk registers the same
 ``lf.a2a.v1`` names in protobuf's default pool, and a process may hold both (a test
@@ -19,10 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from gateway.grpc.descriptors import A2A_PROTO_VERSION, FILES
+from gateway.grpc.protojson import to_dict, to_message
 
 __all__ = ["A2A_PROTO_VERSION", "METHODS", "POOL", "SERVICE", "GrpcMethod", "from_result",
            "message_class", "to_params"]
@@ -77,13 +78,11 @@ METHODS: dict[str, GrpcMethod] = _methods()
 def to_params(request: Message) -> dict[str, Any]:
     """A request message as the ProtoJSON params the JSON-RPC binding would have read
     (camelCase names, enums by name, defaults left out)."""
-    return json_format.MessageToDict(request, descriptor_pool=POOL)
+    return to_dict(request, POOL)
 
 
 def from_result(result: Any, response: type[Message]) -> Message:
     """A method's ProtoJSON result as the response message. A field the proto does not
     know is dropped, not refused after the work was done: a gateway member passes on
     what its upstream said, which may hold fields of a later version."""
-    message = response()
-    json_format.ParseDict(result, message, ignore_unknown_fields=True, descriptor_pool=POOL)
-    return message
+    return to_message(result, response, POOL)
