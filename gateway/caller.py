@@ -24,8 +24,11 @@ TASK_METHODS: frozenset[str] = frozenset(
     {"SendMessage", "SendStreamingMessage", "GetTask", "CancelTask", "ListTasks",
      "SubscribeToTask"}
 )
-OPERATOR_METHODS: frozenset[str] = TASK_METHODS | {
-    "murmur.WatchSession", "murmur.StopSession", "resources/files", "AgentCard",
+#: What every credential a door accepts may read: the agent card, and the extended card
+#: (A2A asks only that its caller be authenticated; docs/door-auth.md).
+CARD_METHODS: frozenset[str] = frozenset({"AgentCard", "GetExtendedAgentCard"})
+OPERATOR_METHODS: frozenset[str] = TASK_METHODS | CARD_METHODS | {
+    "murmur.WatchSession", "murmur.StopSession", "resources/files",
     # Approvals along edges with approve: true (docs/bounds.md).
     "murmur.ApproveTask", "murmur.DenyTask", "murmur.ListApprovals",
 }
@@ -39,9 +42,9 @@ PUSH_METHODS: frozenset[str] = frozenset({
     "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
     "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig",
 })
-#: A2A methods a door refuses to everyone (no push notifications, no extended card):
-#: known names, so a refusal may echo them.
-REFUSED_METHODS: frozenset[str] = PUSH_METHODS | {"GetExtendedAgentCard"}
+#: A2A methods a door refuses to everyone (no push notifications): known names, so a
+#: refusal may echo them.
+REFUSED_METHODS: frozenset[str] = PUSH_METHODS
 #: Exactly the five scopes a formation token carries (docs/door-auth.md).
 FORMATION_SCOPES: frozenset[str] = frozenset(
     {"SendMessage", "GetTask", "CancelTask", "ListTasks", "SubscribeToTask"}

@@ -6,7 +6,18 @@ The card lists both of the door's interfaces at its URL (``JSONRPC`` first, then
 ``HTTP+JSON``). A door with ``network.public_card`` also serves a public card to a
 request without a credential (DoorAuth marks it :data:`gateway.caller.ANONYMOUS_CALLER`):
 the same card without the session extension, which names the member, its session and
-its formation."""
+its formation.
+
+A card whose :class:`CardInfo` has ``extended_skills``, at a door that authenticates,
+says ``capabilities.extendedAgentCard: true``; :func:`extended_card` is what
+``GetExtendedAgentCard`` answers an authenticated caller with (the card as served with
+those skills after its own, unsigned: the signature covered the card without them). The
+public card never holds them.
+
+In order: the card's parts (:class:`Skill`, :class:`CardInfo`), building it
+(:func:`build_card`, :func:`extended_card`, :func:`public_card`), serving it
+(:class:`CardRoute`), and a gateway member's card merged with its upstream's
+(:func:`merged_card`)."""
 
 from __future__ import annotations
 
@@ -66,6 +77,9 @@ class CardInfo:
     #: The key the card's signature verifies with (unpadded base64url of the raw Ed25519
     #: public key): the formation key, or a standalone door's ``--card-signing-key``.
     signing_key: str | None = None
+    #: The skills only an authenticated caller sees (``GetExtendedAgentCard``); None: the
+    #: door has no extended card.
+    extended_skills: tuple[Skill, ...] | None = None
 
 
 def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
@@ -81,7 +95,7 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
         "capabilities": {
             "streaming": True,
             "pushNotifications": False,
-            "extendedAgentCard": False,
+            "extendedAgentCard": authenticated and info.extended_skills is not None,
             "extensions": [{
                 "uri": SESSION_EXTENSION_URI,
                 "description": "The member's roster name, its session id and its formation id.",
@@ -105,6 +119,20 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
         }}}
         card["securityRequirements"] = [{"schemes": {BEARER_SCHEME: {"list": []}}}]
     return AgentCard.model_validate(card).wire()
+
+
+def extended_card(card: dict[str, Any], info: CardInfo) -> dict[str, Any] | None:
+    """What ``GetExtendedAgentCard`` answers: ``card`` (as served, a gateway member's
+    merged with its upstream's) with ``info.extended_skills`` after its skills and
+    without a signature, which covered the card without them; None when ``card`` declares
+    no extended card."""
+    capabilities = card.get("capabilities") or {}
+    if not capabilities.get("extendedAgentCard") or info.extended_skills is None:
+        return None
+    extended = {key: value for key, value in card.items() if key != "signatures"}
+    extended["skills"] = [*card.get("skills", ()),
+                          *(_skill(skill) for skill in info.extended_skills)]
+    return extended
 
 
 def public_card(card: dict[str, Any]) -> dict[str, Any]:
@@ -157,6 +185,17 @@ class CardRoute:
     def card(self) -> dict[str, Any]:
         return self._card
 
+    @property
+    def extended(self) -> dict[str, Any] | None:
+        """The extended card (:func:`extended_card`), or None when the card declares none."""
+        return self._extended
+
+    def at(self, url: str) -> CardRoute:
+        """The same card naming ``url`` (a listener beyond loopback), built the same way
+        (a gateway member's merged with its upstream's), unsigned."""
+        return CardRoute(replace(self._info, door_url=url), authenticated=self._authenticated,
+                         build=self._build)
+
     def set_url(self, url: str) -> None:
         """Put the door's URL on the card (a new ETag and Last-Modified); a signature of
         the card before is dropped."""
@@ -177,6 +216,7 @@ class CardRoute:
     def _rebuild(self, info: CardInfo) -> None:
         self._info = info
         self._card = self._build(info, self._authenticated)
+        self._extended = extended_card(self._card, info)
         if self._signature is not None:
             self._card = {**self._card, "signatures": [self._signature]}
         self._full = _CardBody(dumps(self._card))

@@ -70,7 +70,7 @@ class LocalMethods(A2AMethods):
 
     def _send(self, params: dict[str, Any],
               caller: Caller) -> tuple[SendMessageRequest, TaskRecord]:
-        request = send_message_request(params)
+        request = send_message_request(params, self.accepted)
         message = {key: value for key, value in request.message.wire().items()
                    if value is not None}
         record = self._store.send(message, caller, request.metadata)
