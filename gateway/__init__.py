@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "CardInfo": "gateway.door.card",
     "card_signature": "gateway.door.card_signing",
     "key_id": "gateway.door.card_signing",
+    "media_type_problem": "gateway.door.media_types",
     "Skill": "gateway.door.card",
     "StreamLimits": "gateway.door.streams",
     "AgentFn": "gateway.door.tasks",
@@ -189,6 +190,7 @@ __all__ = [
     "DepthOf",
     "card_signature",
     "key_id",
+    "media_type_problem",
 ]
 
 
@@ -221,6 +223,7 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
     from gateway.door.app import Door, DoorSettings, build_door
     from gateway.door.card import CardInfo, Skill
     from gateway.door.card_signing import card_signature, key_id
+    from gateway.door.media_types import media_type_problem
     from gateway.door.streams import StreamLimits
     from gateway.door.task_record import message_text
     from gateway.door.tasks import AgentFn, GateConfig, TaskRun

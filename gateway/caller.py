@@ -24,8 +24,11 @@ TASK_METHODS: frozenset[str] = frozenset(
     {"SendMessage", "SendStreamingMessage", "GetTask", "CancelTask", "ListTasks",
      "SubscribeToTask"}
 )
-OPERATOR_METHODS: frozenset[str] = TASK_METHODS | {
-    "murmur.WatchSession", "murmur.StopSession", "resources/files", "AgentCard",
+#: What every credential a door accepts may read: the agent card, and the extended card
+#: (A2A asks only that its caller be authenticated; docs/door-auth.md).
+CARD_METHODS: frozenset[str] = frozenset({"AgentCard", "GetExtendedAgentCard"})
+OPERATOR_METHODS: frozenset[str] = TASK_METHODS | CARD_METHODS | {
+    "murmur.WatchSession", "murmur.StopSession", "resources/files",
     # Approvals along edges with approve: true (docs/bounds.md).
     "murmur.ApproveTask", "murmur.DenyTask", "murmur.ListApprovals",
 }
@@ -41,9 +44,8 @@ PUSH_METHODS: frozenset[str] = frozenset({
 #: Every scope a declared credential may name.
 DECLARABLE_SCOPES: frozenset[str] = OPERATOR_METHODS | {METRICS_METHOD} | PUSH_METHODS
 #: A2A methods beyond the task methods that a door may refuse (no push notifications
-#: where none are allowed, no extended card where none is declared): known names, so a
-#: refusal may echo them.
-REFUSED_METHODS: frozenset[str] = PUSH_METHODS | {"GetExtendedAgentCard"}
+#: where none are allowed): known names, so a refusal may echo them.
+REFUSED_METHODS: frozenset[str] = PUSH_METHODS
 #: Exactly the five scopes a formation token carries (docs/door-auth.md).
 FORMATION_SCOPES: frozenset[str] = frozenset(
     {"SendMessage", "GetTask", "CancelTask", "ListTasks", "SubscribeToTask"}

@@ -146,7 +146,8 @@ FreeObject = Annotated[dict[str, Any], AfterValidator(_shallow)]
 
 # --- content -----------------------------------------------------------------------
 
-_PART_CONTENT = ("text", "raw", "url", "data")
+#: The kinds of content a part carries, exactly one each.
+PART_CONTENT = ("text", "raw", "url", "data")
 
 
 class Part(WireModel):
@@ -169,7 +170,7 @@ class Part(WireModel):
     def _exactly_one_content(cls, value: Any) -> Any:
         if not isinstance(value, dict):
             return value
-        present = [key for key in _PART_CONTENT if key in value]
+        present = [key for key in PART_CONTENT if key in value]
         if len(present) != 1:
             found = ", ".join(present) if present else "none"
             raise ValueError(
@@ -296,6 +297,10 @@ class CancelTaskRequest(WireModel):
 class SubscribeToTaskRequest(WireModel):
     tenant: Identifier | None = None
     id: Identifier = Field(min_length=1)
+
+
+class GetExtendedAgentCardRequest(WireModel):
+    tenant: Identifier | None = None
 
 
 class ListTasksRequest(WireModel):

@@ -16,7 +16,7 @@ The paths are A2A 1.0's (section 11.3), each also under one ``/{tenant}`` segmen
 ``GET|POST /tasks/{id}:subscribe``       ``SubscribeToTask`` (SSE)
 ``POST|GET /tasks/{id}/pushNotificationConfigs``, ``GET|DELETE .../{configId}``
                                          the push configuration methods (refused)
-``GET /extendedAgentCard``               ``GetExtendedAgentCard`` (refused)
+``GET /extendedAgentCard``               ``GetExtendedAgentCard``
 =======================================  ==================================
 
 Matching reads the path DoorAuth routes on (:func:`gateway.protocol.route_path`): first

@@ -15,7 +15,9 @@ this order; the first failure answers and nothing after it is read (docs/door-au
    and path for the HTTP+JSON binding (the route, :func:`gateway.routes.classify`);
 5. ``403 insufficient_scope``: a method outside the credential's scopes, whatever A2A
    version the request asks for (the reference's order: DoorAuth's checks come first;
-   a call in another version that passes them gets the app's ``-32009``);
+   a call in another version that passes them gets the app's ``-32009``); the agent
+   card and ``GetExtendedAgentCard`` are every accepted credential's
+   (:data:`gateway.caller.CARD_METHODS`);
 6. ``403 peer_not_accepted``: a formation credential at a door that takes no peer tasks;
 7. ``421 misdirected_request``: a ``Host`` that is not a loopback name with the door's
    port (DNS rebinding, :mod:`gateway.auth.hosts`);
@@ -65,6 +67,7 @@ from gateway.auth.tokens import FormationVerifier, InvalidToken
 from gateway.caller import (
     ANONYMOUS_CALLER,
     CALLER_SCOPE_KEY,
+    CARD_METHODS,
     OPERATOR_METHODS,
     PUBLIC_CALLER,
     REFUSED_METHODS,
@@ -349,10 +352,11 @@ class DoorAuth:
         credential = caller.credential
         method = route.method
         if method is not None and not (
-            credential.kind == "operator" or method in credential.scopes or method == "AgentCard"
+            credential.kind == "operator" or method in credential.scopes
+            or method in CARD_METHODS
         ):
             # The operator may call anything (the app answers -32601 to an unknown name)
-            # and any accepted credential may read the agent card.
+            # and any accepted credential may read the agent card and the extended card.
             raise Refused("insufficient_scope", credential=credential.name,
                           method=_method_label(method))
         if credential.kind == "member" and not self._accept_peer_tasks:

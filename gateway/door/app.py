@@ -23,6 +23,7 @@ wind-down for SIGTERM, and in-process tasks for ``mur run --task``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import mimetypes
 import os
@@ -39,6 +40,7 @@ from gateway.caller import Caller, caller_of
 from gateway.door.card import CardInfo, CardRoute
 from gateway.door.jsonrpc_binding import JsonRpcBinding
 from gateway.door.local_methods import LocalMethods
+from gateway.door.media_types import AcceptedModes
 from gateway.door.methods import A2AMethods
 from gateway.door.rest_binding import RestBinding
 from gateway.door.streams import StreamLimits
@@ -57,7 +59,17 @@ from gateway.metrics import CONTENT_TYPE, DoorMetrics, RequestMetrics
 from gateway.protocol import FILES_PREFIX
 from gateway.proxy.egress import AllowList
 from gateway.push.notifications import PushNotifications
-from gateway.routes import CARD, FILES, HEALTH, METRICS, ROUTE_SCOPE_KEY, RPC, Route, classify
+from gateway.routes import (
+    CARD,
+    FILES,
+    HEALTH,
+    METRICS,
+    REST,
+    ROUTE_SCOPE_KEY,
+    RPC,
+    Route,
+    classify,
+)
 from gateway.sse import KeepAlive
 from gateway.trace.bus import TraceBus
 from gateway.types import ASGIApp, Headers, Receive, Scope, Send
@@ -198,6 +210,11 @@ class LocalTasks:
 #: Cards kept for the addresses a listener beyond loopback was reached at (past it, each
 #: is built for its request).
 _HOST_CARDS = 16
+#: The card of the request being served, at a door with a listener beyond loopback (set
+#: by ``Door._serve``): ``GetExtendedAgentCard`` answers with the one naming the address
+#: the caller reached, as the card route does.
+_REQUEST_CARD: contextvars.ContextVar[CardRoute | None] = contextvars.ContextVar(
+    "murmur_request_card", default=None)
 
 
 class Door:
@@ -223,6 +240,9 @@ class Door:
         #: by the address its clients used.
         self._cards_by_port: dict[int, CardRoute] = {}
         self._cards_by_host: dict[str, CardRoute] = {}
+        # The methods take what the card says: the media types a message's parts may
+        # have (a gateway member's are its upstream's), and the extended card.
+        tasks.methods.use_card(AcceptedModes.of_card(card.card), self._extended_card)
         # The bindings, thin over the one set of methods, share the streams' one timer.
         keepalive = KeepAlive.for_door()
         self._rpc = JsonRpcBinding(tasks.methods, max_body=policy.max_body,
@@ -300,10 +320,7 @@ class Door:
     def add_listener(self, port: int, url: str) -> None:
         """A request that arrives on local ``port`` (a listener beyond loopback) is
         served a card naming ``url``: the address its clients reach the door at."""
-        # gRPC is served on loopback only (docs/grpc.md): a listener's card does not list it.
-        self._cards_by_port[port] = CardRoute(replace(self._card.info, door_url=url,
-                                                      grpc_url=""),
-                                              authenticated=self.policy.authenticated)
+        self._cards_by_port[port] = self._card.at(url)
 
     def _card_for(self, scope: Scope) -> CardRoute:
         """The card for a request: on a listener beyond loopback, the one naming the
@@ -322,11 +339,15 @@ class Door:
         url = f"{scope.get('scheme', 'http')}://{host.decode('latin-1')}"
         card = self._cards_by_host.get(url)
         if card is None:
-            card = CardRoute(replace(self._card.info, door_url=url, grpc_url=""),
-                             authenticated=self.policy.authenticated)
+            card = self._card.at(url)
             if len(self._cards_by_host) < _HOST_CARDS:
                 self._cards_by_host[url] = card
         return card
+
+    def _extended_card(self) -> dict[str, Any] | None:
+        """The extended card for the request being served (``GetExtendedAgentCard``)."""
+        card = _REQUEST_CARD.get()
+        return (card if card is not None else self._card).extended
 
     def on_stop(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` when the session is asked to stop (once)."""
@@ -421,6 +442,16 @@ class Door:
         route: Route | None = scope.get(ROUTE_SCOPE_KEY)
         if route is None:  # the app without DoorAuth (benchmarks, tests): classify here
             route = scope[ROUTE_SCOPE_KEY] = classify(scope)
+        if self._cards_by_port and (route.kind is RPC or route.kind is REST):
+            token = _REQUEST_CARD.set(self._card_for(scope))
+            try:
+                await self._route(scope, receive, send, route)
+            finally:
+                _REQUEST_CARD.reset(token)
+            return
+        await self._route(scope, receive, send, route)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send, route: Route) -> None:
         kind = route.kind
         method = scope["method"]
         if kind is RPC:

@@ -3,10 +3,21 @@ with ``Cache-Control``, ``ETag`` and ``Last-Modified``, ``304`` on a matching
 ``If-None-Match``.
 
 The card lists both of the door's HTTP interfaces at its URL (``JSONRPC`` first, then
-``HTTP+JSON``), and ``GRPC`` at its own address when the door serves it. A door with
-``network.public_card`` also serves a public card to a request without a credential
-(DoorAuth marks it :data:`gateway.caller.ANONYMOUS_CALLER`): the same card without the
-session extension, which names the member, its session and its formation."""
+``HTTP+JSON``), and ``GRPC`` at its own address when the door serves it (docs/grpc.md).
+A door with ``network.public_card`` also serves a public card to a request without a
+credential (DoorAuth marks it :data:`gateway.caller.ANONYMOUS_CALLER`): the same card
+without the session extension, which names the member, its session and its formation.
+
+A card whose :class:`CardInfo` has ``extended_skills``, at a door that authenticates,
+says ``capabilities.extendedAgentCard: true``; :func:`extended_card` is what
+``GetExtendedAgentCard`` answers an authenticated caller with (the card as served with
+those skills after its own, unsigned: the signature covered the card without them). The
+public card never holds them.
+
+In order: the card's parts (:class:`Skill`, :class:`CardInfo`), building it
+(:func:`build_card`, :func:`extended_card`, :func:`public_card`), serving it
+(:class:`CardRoute`), and a gateway member's card merged with its upstream's
+(:func:`merged_card`)."""
 
 from __future__ import annotations
 
@@ -71,6 +82,9 @@ class CardInfo:
     grpc_url: str = ""
     #: Whether the door sends push notifications (``network.push.allow``, docs/push.md).
     push_notifications: bool = False
+    #: The skills only an authenticated caller sees (``GetExtendedAgentCard``); None: the
+    #: door has no extended card.
+    extended_skills: tuple[Skill, ...] | None = None
 
 
 def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
@@ -83,7 +97,7 @@ def build_card(info: CardInfo, *, authenticated: bool) -> dict[str, Any]:
         "capabilities": {
             "streaming": True,
             "pushNotifications": info.push_notifications,
-            "extendedAgentCard": False,
+            "extendedAgentCard": authenticated and info.extended_skills is not None,
             "extensions": [{
                 "uri": SESSION_EXTENSION_URI,
                 "description": "The member's roster name, its session id and its formation id.",
@@ -119,6 +133,20 @@ def _interfaces(info: CardInfo) -> list[dict[str, str]]:
         interfaces.append({"url": info.grpc_url, "protocolBinding": GRPC_BINDING,
                            "protocolVersion": A2A_VERSION})
     return interfaces
+
+
+def extended_card(card: dict[str, Any], info: CardInfo) -> dict[str, Any] | None:
+    """What ``GetExtendedAgentCard`` answers: ``card`` (as served, a gateway member's
+    merged with its upstream's) with ``info.extended_skills`` after its skills and
+    without a signature, which covered the card without them; None when ``card`` declares
+    no extended card."""
+    capabilities = card.get("capabilities") or {}
+    if not capabilities.get("extendedAgentCard") or info.extended_skills is None:
+        return None
+    extended = {key: value for key, value in card.items() if key != "signatures"}
+    extended["skills"] = [*card.get("skills", ()),
+                          *(_skill(skill) for skill in info.extended_skills)]
+    return extended
 
 
 def public_card(card: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +199,18 @@ class CardRoute:
     def card(self) -> dict[str, Any]:
         return self._card
 
+    @property
+    def extended(self) -> dict[str, Any] | None:
+        """The extended card (:func:`extended_card`), or None when the card declares none."""
+        return self._extended
+
+    def at(self, url: str) -> CardRoute:
+        """The same card naming ``url`` (a listener beyond loopback), built the same way
+        (a gateway member's merged with its upstream's), unsigned, and without the gRPC
+        interface, which is served on loopback only (docs/grpc.md)."""
+        return CardRoute(replace(self._info, door_url=url, grpc_url=""),
+                         authenticated=self._authenticated, build=self._build)
+
     def set_url(self, url: str) -> None:
         """Put the door's URL on the card (a new ETag and Last-Modified); a signature of
         the card before is dropped."""
@@ -196,6 +236,7 @@ class CardRoute:
     def _rebuild(self, info: CardInfo) -> None:
         self._info = info
         self._card = self._build(info, self._authenticated)
+        self._extended = extended_card(self._card, info)
         if self._signature is not None:
             self._card = {**self._card, "signatures": [self._signature]}
         self._full = _CardBody(dumps(self._card))

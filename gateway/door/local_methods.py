@@ -80,7 +80,7 @@ class LocalMethods(A2AMethods):
 
     def _send(self, params: dict[str, Any],
               caller: Caller) -> tuple[SendMessageRequest, TaskRecord]:
-        request = send_message_request(params, push=self._push is not None)
+        request = send_message_request(params, self.accepted, push=self._push is not None)
         message = {key: value for key, value in request.message.wire().items()
                    if value is not None}
         configuration = request.configuration

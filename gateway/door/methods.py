@@ -6,10 +6,12 @@ and then, in this order:
 
 1. asks :meth:`A2AMethods.handlers` for the method's handler: ``(unary, None)`` or
    ``(None, streaming)``, or the refusal of a method this door does not serve
-   (``-32601``; the push configuration methods' ``-32003`` and the extended card's
-   ``-32004``, so every binding refuses them alike);
+   (``-32601``; the push configuration methods' ``-32003``, so every binding refuses
+   them alike);
 2. validates nothing itself: each handler validates its own parameters
-   (:func:`validate_params`, ``-32602`` naming the field);
+   (:func:`validate_params`, ``-32602`` naming the field); a message's parts are checked
+   against the media types the door's card accepts here too, once for every binding and
+   both kinds of door (:func:`send_message_request`, ``-32005``);
 3. for a stream, opens it with :meth:`A2AMethods.open_stream`: its place in the door's
    stream bounds first (``-32050`` past them, before anything starts), then the
    method's events, which the binding frames and sends.
@@ -18,7 +20,9 @@ and then, in this order:
 (``murmur.StopSession``, ``murmur.WatchSession``); a subclass fills the A2A methods for
 one kind of tasks: :class:`gateway.door.local_methods.LocalMethods` (the agent runs
 here) or the relay's :class:`gateway.relay.tasks.RelayMethods`. The door builds its
-bindings over the one instance its tasks side gives it.
+bindings over the one instance its tasks side gives it, and hands it its card
+(:meth:`A2AMethods.use_card`): the media types SendMessage takes, and the extended card
+``GetExtendedAgentCard`` answers with (docs/door.md, "The extended agent card").
 """
 
 from __future__ import annotations
@@ -31,17 +35,29 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gateway.a2a.jsonrpc import RpcError, invalid_params
-from gateway.a2a.models import SendMessageRequest
+from gateway.a2a.models import (
+    PART_CONTENT,
+    GetExtendedAgentCardRequest,
+    Message,
+    SendMessageRequest,
+)
 from gateway.caller import PUSH_METHODS, Caller
 from gateway.door.approvals import Approvals
+from gateway.door.media_types import ANY_MODE, AcceptedModes, part_media_type
 from gateway.door.streams import StreamBook, StreamTicket
 from gateway.door.tasks import acts_as_operator
 from gateway.trace.bus import TraceBus
 
-__all__ = ["A2AMethods", "Streaming", "Unary", "send_message_request", "validate_params"]
+__all__ = ["A2AMethods", "ExtendedCard", "Streaming", "Unary", "send_message_request",
+           "validate_params"]
 
 Unary = Callable[[dict[str, Any], Caller], Awaitable[Any]]
 Streaming = Callable[[dict[str, Any], Caller], Awaitable[AsyncIterator[Any]]]
+#: The door's extended agent card for the request being served (the card naming the
+#: address the caller reached), or None when its card declares none.
+ExtendedCard = Callable[[], dict[str, Any] | None]
+#: How long a media type a caller sent may be echoed in a refusal.
+_ECHO_LIMIT = 64
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -54,17 +70,39 @@ def validate_params(model: type[M], params: dict[str, Any]) -> M:
         raise invalid_params(exc) from exc
 
 
-def send_message_request(params: dict[str, Any], *, push: bool = False) -> SendMessageRequest:
+def send_message_request(params: dict[str, Any], accepted: AcceptedModes = ANY_MODE, *,
+                         push: bool = False) -> SendMessageRequest:
     """A SendMessage's params validated (``-32602`` naming the field), a push
     configuration refused (``-32003``) unless the door sends push notifications
-    (``push``): the same for a local door and a relay."""
+    (``push``), then a part of a media type outside ``accepted`` (``-32005`` naming the
+    part; gateway/door/media_types.py): the same for a local door and a relay, before
+    anything runs or is forwarded."""
     request = validate_params(SendMessageRequest, params)
     configuration = request.configuration
     if configuration is not None and configuration.task_push_notification_config and not push:
         raise RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
                        "this door sends no push notifications; follow the task with "
                        "SubscribeToTask or GetTask")
+    if accepted.enforced:
+        _check_media_types(request.message, accepted)
     return request
+
+
+def _check_media_types(message: Message, accepted: AcceptedModes) -> None:
+    """``-32005`` for the first part whose media type the door's card does not accept."""
+    refused = accepted.refused(
+        part_media_type(next(kind for kind in PART_CONTENT if kind in part.model_fields_set),
+                        part.media_type)
+        for part in message.parts)
+    if refused is None:
+        return
+    index, media_type = refused
+    shown = media_type if len(media_type) <= _ECHO_LIMIT else media_type[:_ECHO_LIMIT] + "..."
+    takes = ", ".join(accepted.listed)
+    raise RpcError("CONTENT_TYPE_NOT_SUPPORTED",
+                   f"message.parts[{index}] is {shown}; this agent takes {takes} "
+                   "(its card's defaultInputModes)",
+                   metadata={"mediaType": shown, "supportedMediaTypes": takes})
 
 
 class A2AMethods(ABC):
@@ -79,11 +117,15 @@ class A2AMethods(ABC):
         self._stop = stop
         #: The bounds on this door's live streams, on every binding.
         self.streams = streams if streams is not None else StreamBook()
+        #: The media types SendMessage takes (every one until the door hands its card).
+        self.accepted: AcceptedModes = ANY_MODE
+        self._extended_card: ExtendedCard = _no_extended_card
         self._unary: dict[str, Unary] = {
             "SendMessage": self.send_message,
             "GetTask": self.get_task,
             "CancelTask": self.cancel_task,
             "ListTasks": self.list_tasks,
+            "GetExtendedAgentCard": self.get_extended_agent_card,
             "murmur.StopSession": self.stop_session,
             "murmur.ApproveTask": self.approve_task,
             "murmur.DenyTask": self.deny_task,
@@ -95,11 +137,17 @@ class A2AMethods(ABC):
             "murmur.WatchSession": self.watch_session,
         }
 
+    def use_card(self, accepted: AcceptedModes, extended: ExtendedCard) -> None:
+        """What the door's card says (the door calls this once it has its card): the
+        media types SendMessage takes, and where ``GetExtendedAgentCard`` reads the
+        extended card from."""
+        self.accepted = accepted
+        self._extended_card = extended
+
     def handlers(self, method: str) -> tuple[Unary | None, Streaming | None]:
         """The handler of ``method``: (unary, None) or (None, streaming); the refusal of a
-        method this door does not serve (``-32601``, or the push and extended-card
-        methods' own codes). Every binding dispatches through this, so each method has
-        one implementation."""
+        method this door does not serve (``-32601``, or the push methods' own code).
+        Every binding dispatches through this, so each method has one implementation."""
         unary = self._unary.get(method)
         if unary is not None:
             return unary, None
@@ -141,6 +189,23 @@ class A2AMethods(ABC):
     @abstractmethod
     async def subscribe_to_task(self, params: dict[str, Any],
                                 caller: Caller) -> AsyncIterator[Any]: ...
+
+    # --- the card ----------------------------------------------------------------------
+
+    async def get_extended_agent_card(self, params: dict[str, Any],
+                                      caller: Caller) -> dict[str, Any]:
+        """``GetExtendedAgentCard``: the card with ``agent.extended_skills`` after its
+        skills, to a caller DoorAuth authenticated (it refuses everyone else with its 401
+        first). A card that declares no extended card (no extended skills, or a public
+        door, which authenticates nobody) is ``-32004``, as A2A 1.0 section 3.3.4 says
+        for ``capabilities.extendedAgentCard: false``."""
+        card = self._extended_card() if caller.credential.kind != "public" else None
+        if card is None:
+            raise RpcError("UNSUPPORTED_OPERATION",
+                           "this door has no extended agent card "
+                           "(capabilities.extendedAgentCard is false)")
+        validate_params(GetExtendedAgentCardRequest, params)
+        return card
 
     # --- murmur methods ----------------------------------------------------------------
 
@@ -208,11 +273,11 @@ def _unknown_method(method: str) -> RpcError:
         return RpcError("PUSH_NOTIFICATION_NOT_SUPPORTED",
                         "this door sends no push notifications (capabilities.pushNotifications "
                         "is false: its manifest allows no webhook in network.push.allow)")
-    if method == "GetExtendedAgentCard":
-        return RpcError("UNSUPPORTED_OPERATION",
-                        "this door has no extended agent card (capabilities.extendedAgentCard "
-                        "is false)")
     return RpcError("METHOD_NOT_FOUND", f"no method {method[:64]!r} here")
+
+
+def _no_extended_card() -> dict[str, Any] | None:
+    return None
 
 
 def _followed_task(method: str, params: dict[str, Any]) -> str | None:

@@ -15,8 +15,8 @@ A request is judged in this order, the first failure answering (docs/bindings.md
    (``-32700``);
 4. the A2A version (``-32009``), before the method is looked up;
 5. the method, from the door's one table (:meth:`gateway.door.methods.A2AMethods.handlers`:
-   the push configuration paths and ``/extendedAgentCard`` are refused as their
-   JSON-RPC methods are);
+   the push configuration paths are refused as their JSON-RPC methods are, and
+   ``/extendedAgentCard`` is ``GetExtendedAgentCard``'s);
 6. the parameters: the body's fields, then the path's ids, then the query's (camelCase,
    A2A 1.0 section 11.5; unknown names ignored), validated by the method's handler
    (``-32602`` naming the field).

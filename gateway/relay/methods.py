@@ -3,8 +3,9 @@ upstream client, with what the door knows kept by :class:`gateway.relay.tasks.Re
 (docs/gateway.md). The door's bindings frame them as for a local door.
 
 In this order (the relay's steps 2-6, as :mod:`gateway.relay.tasks` numbers them):
-SendMessage and SendStreamingMessage (a follow-up of an owned task, or a new task
-through the gate, with its span), the stream observed event by event; GetTask and
+SendMessage and SendStreamingMessage (a message whose parts the upstream's card does not
+accept refused before anything is forwarded, then a follow-up of an owned task, or a new
+task through the gate, with its span), the stream observed event by event; GetTask and
 CancelTask (ownership first); SubscribeToTask (one upstream subscription per task,
 shared: :mod:`gateway.relay.fanout`); ListTasks (the door's own list, each page's tasks
 read fresh from the upstream).
@@ -101,7 +102,7 @@ class RelayMethods(A2AMethods):
     def _check_send(self, params: dict[str, Any], caller: Caller) -> bool:
         """Validate a SendMessage; whether it starts a new task (a follow-up's task
         must be the caller's)."""
-        request = send_message_request(params)
+        request = send_message_request(params, self.accepted)
         task_id = request.message.task_id
         if task_id:
             self._tasks.reach(task_id, caller)

@@ -26,6 +26,7 @@ from launcher.admission.manifest_fields import (
     EnvName,
     Host,
     ManifestVersion,
+    MediaType,
     Name,
     NonBlank,
     PythonEntry,
@@ -71,6 +72,13 @@ class Agent(Strict):
         default=None, description="a model driven by the runtime (`inference.transport: "
         "http`): `{instructions: FILE, tools: [...]}` (docs/llm.md)")
     skills: list[Skill] = Field(default_factory=list)
+    extended_skills: list[Skill] | None = Field(
+        default=None, description="skills shown only to authenticated callers, through "
+        "`GetExtendedAgentCard` (docs/door.md)")
+    input_modes: list[MediaType] = Field(
+        default_factory=lambda: ["text/plain"], min_length=1,
+        description="the media types of the parts the agent takes (the card's "
+        "`defaultInputModes`)")
     requires: list[Requirement] = Field(
         default_factory=list, description="Python distributions the agent needs, as pip "
         "requirement strings such as `httpx>=0.27`")
@@ -87,10 +95,33 @@ class Agent(Strict):
             raise refuse_below("skills", "cannot be given beside `agent.a2a`: the door's "
                                "card shows the upstream's own skills",
                                "remove `agent.skills`; the upstream's card lists its skills")
+        if self.a2a is not None and "input_modes" in self.model_fields_set:
+            raise refuse_below("input_modes", "cannot be given beside `agent.a2a`: the "
+                               "door takes the media types the upstream's card accepts",
+                               "remove `agent.input_modes`; the upstream's card lists its "
+                               "`defaultInputModes`")
         ids = [skill.id for skill in self.skills]
         if len(ids) != len(set(ids)):
             raise refuse("gives two skills the same `id`", "give each skill its own `id`")
+        self._check_extended_skills(ids)
         return self
+
+    def _check_extended_skills(self, ids: list[str]) -> None:
+        """Extended skills: at least one, each with an id of its own (the extended card
+        lists them after ``skills``)."""
+        if self.extended_skills is None:
+            return
+        if not self.extended_skills:
+            raise refuse_below("extended_skills", "is an empty list",
+                               "list the skills only authenticated callers see, or remove "
+                               "`agent.extended_skills` for a door with no extended card")
+        extended = [skill.id for skill in self.extended_skills]
+        for skill_id in extended:
+            if skill_id in ids or extended.count(skill_id) > 1:
+                raise refuse_below("extended_skills", f"gives the skill id `{skill_id}` "
+                                   "twice (the extended card lists `skills` and "
+                                   "`extended_skills` together)",
+                                   "give each skill, extended or not, its own `id`")
 
     @property
     def module(self) -> str | None:
@@ -270,6 +301,20 @@ class Manifest(Strict):
         if self.network.authentication is not None and self.capabilities.spawn.allow:
             raise PydanticCustomError("spawn_beside_authentication", "{spawn}",
                                       {"spawn": ", ".join(self.capabilities.spawn.allow)})
+        return self
+
+    @model_validator(mode="after")
+    def _extended_card_needs_authentication(self) -> Manifest:
+        # GetExtendedAgentCard must be authenticated (A2A 1.0 section 13.3), and a public
+        # door authenticates nobody: its extended skills would be shown to no one.
+        if self.agent.extended_skills is not None and self.network.authentication is None:
+            raise PydanticCustomError("murmur_value", "{problem}", {
+                "problem": "needs a door that authenticates its callers: only they may read "
+                           "the extended card, and a door without `network.authentication` "
+                           "authenticates nobody",
+                "fix": "add `network: {authentication: {}}` (or declare credentials), or "
+                       "move these skills to `agent.skills`",
+                "below": ("agent", "extended_skills")})
         return self
 
     @model_validator(mode="after")

@@ -3,7 +3,8 @@ every manifest mapping (docs/admission.md).
 
 Each rule is an annotated type whose validator refuses a value with a ``problem`` and a
 ``fix`` (``murmur_value``, which ``schema_faults.py`` turns into ``E-MAN-001``). In order:
-the patterns, why a value is not a name, a version or an origin (also read by the roster,
+the patterns, why a value is not a name, a version or an origin (a media type's reason
+is the door's own, :func:`gateway.door.media_types.media_type_problem`) (also read by the roster,
 the store and ``mur new``), the refusals, each field's rule, the annotated types, then
 :class:`Strict`.
 """
@@ -20,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
+from gateway.door.media_types import media_type_problem
 from gateway.protocol import MEMBER_NAME_RE
 from launcher.durations import DURATION_FORMS, parse_duration
 
@@ -116,6 +118,12 @@ def _origin(value: str) -> str:
                    "or `*` for any origin", value)
 
 
+def _media_type(value: str) -> str:
+    return checked(media_type_problem(value), "write a media type as `type/subtype`, such as "
+                   "`text/plain`, `application/json` or `image/*` (`*/*` takes any part)",
+                   value)
+
+
 def _requirement(value: str) -> str:
     from packaging.requirements import InvalidRequirement
     from packaging.requirements import Requirement as Parsed
@@ -177,6 +185,7 @@ EnvName = Annotated[str, AfterValidator(_env_name)]
 Host = Annotated[str, AfterValidator(_host)]
 WebOrigin = Annotated[str, AfterValidator(_origin)]
 Requirement = Annotated[str, AfterValidator(_requirement)]
+MediaType = Annotated[str, AfterValidator(_media_type)]
 NonBlank = Annotated[str, AfterValidator(_non_blank)]
 RelativeFile = Annotated[str, AfterValidator(_relative_file)]
 Algorithm = Annotated[str, AfterValidator(_algorithm)]

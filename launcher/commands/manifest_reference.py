@@ -86,6 +86,20 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "agent.skills[].name": ("A skill's name, for people.", "Code"),
     "agent.skills[].description": ("What the skill does.", "Writes code"),
     "agent.skills[].tags": ("Words to find the skill by.", "[code, python]"),
+    "agent.extended_skills": ("Skills only authenticated callers see: the card says "
+                              "`extendedAgentCard: true` and `GetExtendedAgentCard` answers "
+                              "with `skills` and these (docs/door.md). Needs "
+                              "`network.authentication`; ids distinct from `skills`'.",
+                              "[{id: audit, name: Audit, description: Audits a repo}]"),
+    "agent.extended_skills[].id": ("A skill's id, unique to the agent.", "audit"),
+    "agent.extended_skills[].name": ("A skill's name, for people.", "Audit"),
+    "agent.extended_skills[].description": ("What the skill does.", "Audits a repo"),
+    "agent.extended_skills[].tags": ("Words to find the skill by.", "[security]"),
+    "agent.input_modes": ("The media types of the parts the agent takes (the card's "
+                          "`defaultInputModes`), `type/subtype` or a wildcard (`image/*`, "
+                          "`*/*`); a message with a part outside them is refused "
+                          "`-32005` (docs/door.md). Not beside `agent.a2a`.",
+                          "[text/plain, application/json]"),
     "agent.requires": ("Python distributions the agent needs, as pip requirement "
                        "strings: `mur doctor` and the launch refuse a missing one "
                        "(`E-ROS-011`, `E-RUN-054`) naming the `pip install` that fixes it.",
@@ -266,8 +280,11 @@ def _default_text(info: FieldInfo) -> str:
         value: Any = info.default_factory()  # type: ignore[call-arg]
         if isinstance(value, BaseModel):
             return "see its keys"
-        return "all task methods" if isinstance(value, list) and value else (
-            "`[]`" if value == [] else "`{}`")
+        if isinstance(value, list) and value:
+            # The only non-empty list defaults: a credential's scopes (every task method)
+            # and agent.input_modes (plain text), written as they read.
+            return "all task methods" if len(value) > 1 else f"`[{', '.join(value)}]`"
+        return "`[]`" if value == [] else "`{}`"
     if info.default is None or info.default is PydanticUndefined:
         return "absent"
     if isinstance(info.default, bool):

@@ -8,7 +8,7 @@
   ``network.public_card`` and ``network.cors.allow_origins`` pass to the policy as they
   are.
 * :func:`gate_config`: ``lifecycle`` with the ``--lifecycle-*`` overrides.
-* :func:`card_info`: what the agent card says.
+* :func:`card_info`: what the agent card says (skills, extended skills, input modes).
 * :func:`agent_environment`: what every task is told (``task.env`` is
   ``capabilities.env.allow`` plus ``MURMUR_FORMATION_PEERS``, never the runtime's own);
   :func:`process_environment`: the agent process's own environment.
@@ -122,16 +122,25 @@ def idle_timeout(manifest: Manifest, options: MemberOptions,
 
 def card_info(manifest: Manifest, *, session_id: str, place: FormationPlace,
               door_url: str, own_key: bytes | None = None) -> CardInfo:
-    """What the card says; its signing key is the formation's, else ``own_key`` (a
-    standalone door's ``--card-signing-key``)."""
-    skills = tuple(Skill(id=skill.id, name=skill.name, description=skill.description,
-                         tags=tuple(skill.tags)) for skill in manifest.agent.skills)
+    """What the card says: ``agent.skills``, ``agent.extended_skills`` (the extended
+    card's, docs/door.md) and ``agent.input_modes`` (its ``defaultInputModes``, which the
+    door enforces; a gateway member's card takes its upstream's); its signing key is the
+    formation's, else ``own_key`` (a standalone door's ``--card-signing-key``)."""
+    agent = manifest.agent
+    extended = agent.extended_skills
     key = place.key if place.key is not None else own_key
     return CardInfo(name=manifest.name, description=manifest.description or manifest.name,
-                    version=manifest.version, skills=skills, member=place.member,
-                    session_id=session_id, formation_id=place.formation_id,
-                    door_url=door_url,
+                    version=manifest.version, skills=_skills(agent.skills),
+                    member=place.member, session_id=session_id,
+                    formation_id=place.formation_id, door_url=door_url,
+                    input_modes=tuple(agent.input_modes),
+                    extended_skills=_skills(extended) if extended is not None else None,
                     signing_key=b64url_encode(key) if key is not None else None)
+
+
+def _skills(skills: Iterable[Any]) -> tuple[Skill, ...]:
+    return tuple(Skill(id=skill.id, name=skill.name, description=skill.description,
+                       tags=tuple(skill.tags)) for skill in skills)
 
 
 # --------------------------------------------------------------------------- the agent

@@ -29,6 +29,7 @@ from gateway.auth.credentials import DeclaredBearer, OperatorToken
 from gateway.auth.door_auth import AuthPolicy
 from gateway.auth.tokens import FormationVerifier
 from gateway.door.app import OPERATOR_CALLER, Door, DoorSettings, build_door
+from gateway.door.card import CardInfo
 from gateway.door.task_record import message_text
 from gateway.door.tasks import GateConfig, TaskRun
 from gateway.protocol import TERMINAL_STATES
@@ -446,7 +447,9 @@ READER_TOKEN = "reader-token-0123456789abcdef-01234"
 
 
 def formation(*, accept_peer_tasks: bool = True, public_card: bool = False,
-              gate: GateConfig | None = None, max_body: int = 1 << 20) -> Formation:
+              gate: GateConfig | None = None, max_body: int = 1 << 20,
+              card: CardInfo | None = None) -> Formation:
+    """Door ``coder`` behind DoorAuth (``card``: what its card says, else the usual)."""
     operator = OperatorToken.generate()
     policy = AuthPolicy(
         authenticated=True, operator=operator,
@@ -456,7 +459,7 @@ def formation(*, accept_peer_tasks: bool = True, public_card: bool = False,
         verifier=FormationVerifier(KEY.public_bytes, FORMATION), member="coder",
         accept_peer_tasks=accept_peer_tasks, public_card=public_card, max_body=max_body)
     agent = Agent()
-    door = build_door(agent, DoorSettings(card=card_info(),
+    door = build_door(agent, DoorSettings(card=card or card_info(),
                                           gate=gate or GateConfig(concurrency=4, queue_depth=4)),
                       policy=policy)
     tokens = {"operator": operator.value, "planner": mint("planner"),

@@ -59,6 +59,7 @@ from gateway.auth.credentials import OperatorToken
 from gateway.auth.door_auth import AuthPolicy
 from gateway.auth.tokens import FormationKey, FormationVerifier
 from gateway.door.app import Door, DoorSettings
+from gateway.door.card import CardInfo
 from gateway.door.tasks import GateConfig
 from gateway.relay.client import UpstreamClient, fetch_card, new_session, upstream_interface
 from gateway.relay.rest_framing import RestFraming
@@ -399,10 +400,12 @@ async def upstream_card(upstream_url: str) -> tuple[dict[str, Any], str, str]:
 
 async def gateway_formation(upstream_url: str, recorder: Recorder, *,
                             gate: GateConfig | None = None,
-                            rpc_url: str | None = None) -> GatewayFormation:
+                            rpc_url: str | None = None,
+                            door_card: CardInfo | None = None) -> GatewayFormation:
     """The door of ``coder`` in front of the upstream at ``upstream_url`` (``rpc_url``:
-    relay to that address instead of the card's, e.g. one nothing listens on). The
-    caller closes it with ``await formation.door.aclose()``."""
+    relay to that address instead of the card's, e.g. one nothing listens on;
+    ``door_card``: the door's own card info, else the usual). The caller closes it with ``await
+    formation.door.aclose()``."""
     card, binding, card_rpc_url = await upstream_card(upstream_url)
     key, operator = FormationKey.generate(), OperatorToken.generate()
     policy = formation_policy(key, operator)
@@ -412,19 +415,19 @@ async def gateway_formation(upstream_url: str, recorder: Recorder, *,
     url = rpc_url or card_rpc_url
     client = UpstreamClient(url, member="coder", headers=MANIFEST_HEADERS,
                             framing=RestFraming(url) if binding == "HTTP+JSON" else None)
-    settings = DoorSettings(card=card_info(),
+    settings = DoorSettings(card=door_card or card_info(),
                             gate=gate or GateConfig(concurrency=8, queue_depth=0))
     door = build_gateway_door(client, card, settings, policy=policy, trace=trace)
     return GatewayFormation(upstream_url, recorder, door, policy, key, operator, records)
 
 
 @contextlib.asynccontextmanager
-async def gateway_member(gate: GateConfig | None = None,
-                         binding: str = "JSONRPC") -> AsyncIterator[GatewayFormation]:
+async def gateway_member(gate: GateConfig | None = None, binding: str = "JSONRPC",
+                         card: CardInfo | None = None) -> AsyncIterator[GatewayFormation]:
     """An upstream running (speaking ``binding`` only), and the door of ``coder`` in front
     of it (closed after)."""
     async with running_upstream(binding) as (upstream_url, recorder):
-        formation = await gateway_formation(upstream_url, recorder, gate=gate)
+        formation = await gateway_formation(upstream_url, recorder, gate=gate, door_card=card)
         try:
             yield formation
         finally:

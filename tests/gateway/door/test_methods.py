@@ -1,5 +1,6 @@
 """gateway/door/methods.py: the A2A methods once, whichever binding framed the call: the
-one table, the refusals of what no door serves, and a stream's place in the bounds."""
+one table, the refusals of what no door serves, the extended card and the media types the
+door hands them, and a stream's place in the bounds."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from typing import Any
 import pytest
 
 from gateway.a2a.jsonrpc import RpcError
+from gateway.a2a.models import ListTasksRequest
 from gateway.door.local_methods import LocalMethods
+from gateway.door.media_types import ANY_MODE, AcceptedModes
 from gateway.door.streams import StreamBook
 from gateway.door.tasks import GateConfig, TaskRun, TaskStore
 from gateway.trace.bus import TraceBus
-from tests.support.door import OPERATOR
+from tests.support.door import OPERATOR, PUBLIC
 
 
 async def answer(task: TaskRun) -> str:
@@ -37,13 +40,44 @@ def test_every_a2a_method_and_the_sessions_two_have_one_handler() -> None:
 
 @pytest.mark.parametrize(("name", "code"), [
     ("CreateTaskPushNotificationConfig", -32003),
-    ("GetExtendedAgentCard", -32004),
     ("tasks/get", -32601),
 ])
 def test_what_no_door_serves_is_refused_alike_on_every_binding(name: str, code: int) -> None:
     with pytest.raises(RpcError) as refused:
         methods().handlers(name)
     assert refused.value.code == code
+
+
+async def test_the_extended_card_is_the_one_the_door_hands_and_unsupported_without_one(
+        ) -> None:
+    table = methods()
+    unary, _ = table.handlers("GetExtendedAgentCard")
+    assert unary is not None
+    with pytest.raises(RpcError) as refused:
+        await unary({}, OPERATOR)
+    assert refused.value.code == -32004, "no card handed: capabilities.extendedAgentCard false"
+    table.use_card(ANY_MODE, lambda: {"name": "coder", "skills": []})
+    assert await unary({"tenant": "acme"}, OPERATOR) == {"name": "coder", "skills": []}
+    with pytest.raises(RpcError) as public:
+        await unary({}, PUBLIC)
+    assert public.value.code == -32004, "a caller nobody authenticated never gets it"
+    with pytest.raises(RpcError) as bad:
+        await unary({"tenant": 5}, OPERATOR)
+    assert bad.value.code == -32602 and "tenant" in bad.value.message
+
+
+async def test_send_message_checks_the_parts_against_the_modes_the_card_accepts() -> None:
+    table = methods()
+    table.use_card(AcceptedModes(["text/plain"]), lambda: None)
+    image = {"message": {"messageId": "m-1", "role": "ROLE_USER",
+                         "parts": [{"text": "look"}, {"raw": "aGk=", "mediaType": "image/png"}]}}
+    with pytest.raises(RpcError) as refused:
+        await table.send_message(image, OPERATOR)
+    assert refused.value.code == -32005
+    assert "message.parts[1] is image/png" in refused.value.message
+    assert refused.value.metadata == {"mediaType": "image/png",
+                                      "supportedMediaTypes": "text/plain"}
+    assert table._store.list_tasks(OPERATOR, ListTasksRequest())["totalSize"] == 0
 
 
 async def test_a_stream_that_fails_to_open_gives_its_place_back() -> None:

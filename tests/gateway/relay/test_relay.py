@@ -509,14 +509,18 @@ async def test_attack_a_token_for_another_member_is_403_not_permitted() -> None:
     assert formation.recorder.rpc() == []
 
 
-async def test_attack_get_extended_agent_card_is_refused_as_a_local_door_refuses_it() -> None:
+async def test_attack_get_extended_agent_card_is_answered_as_a_local_door_answers_it() -> None:
     async with gateway_member() as formation:
         member = await same_answers(formation, formation.planner, "GetExtendedAgentCard", {})
         operator = await same_answers(formation, formation.operator,
                                       "GetExtendedAgentCard", {})
-    assert member[0].status_code == 403 and member[0].json()["error"] == "insufficient_scope"
+        nobody = await same_answers(formation, None, "GetExtendedAgentCard", {})
+    # No agent.extended_skills: the card says extendedAgentCard false, whoever asks.
+    assert error_of(member[0])["code"] == -32004, "a formation token may ask"
     assert_same(*member)
     assert error_of(operator[0])["code"] == -32004
     assert_same(*operator)
-    assert formation.recorder.rpc() == []
+    assert nobody[0].status_code == 401 and nobody[0].json()["error"] == "unauthenticated"
+    assert_same(*nobody)
+    assert formation.recorder.rpc() == [], "never asked of the upstream"
 

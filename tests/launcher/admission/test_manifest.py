@@ -606,6 +606,86 @@ def test_skills_beside_a2a_are_refused_as_the_upstreams_own() -> None:
     assert "upstream" in refused.diagnostic.message
 
 
+AUTHENTICATED = MINIMAL + "network: {authentication: {}}\n"
+
+
+def with_agent(keys: str, base: str = AUTHENTICATED) -> str:
+    return base.replace("{python: coder_agent:run}", "{python: coder_agent:run, " + keys + "}")
+
+
+def test_input_modes_default_to_plain_text_and_take_media_types_and_wildcards() -> None:
+    assert parse_manifest(MINIMAL).agent.input_modes == ["text/plain"]
+    manifest = parse_manifest(with_agent(
+        "input_modes: [text/plain, 'Application/JSON; charset=utf-8', 'image/*', '*/*']"))
+    assert manifest.agent.input_modes == ["text/plain", "Application/JSON; charset=utf-8",
+                                          "image/*", "*/*"]
+
+
+@pytest.mark.parametrize("modes, problem", [
+    ("[png]", "`agent.input_modes[0]` must be a media type such as `text/plain`, and `png`"),
+    ("[text/plain, 'image/']", "`agent.input_modes[1]` must be a media type"),
+    ("['*/png']", "`agent.input_modes[0]` is `*/png`: a wildcard type is `*/*`"),
+    ("[text]", "`agent.input_modes[0]` must be a media type"),
+    ("[]", "`agent.input_modes` must have at least 1"),
+    ("[5]", "`agent.input_modes[0]` must be text"),
+])
+def test_input_modes_that_are_no_media_types_are_e_man_001_naming_the_entry(
+        modes: str, problem: str) -> None:
+    refused = refusal(with_agent(f"input_modes: {modes}"))
+    assert refused.code == "E-MAN-001"
+    assert refused.path.startswith("agent.input_modes")
+    assert problem in refused.diagnostic.message
+    if "media type" in problem:
+        assert "`type/subtype`" in refused.diagnostic.hint
+
+
+def test_input_modes_beside_a2a_are_refused_as_the_upstreams_own() -> None:
+    refused = refusal(MINIMAL.replace("{python: coder_agent:run}",
+                                      "{a2a: {url: 'http://h:1'}, input_modes: [text/plain]}"))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.input_modes")
+    assert "upstream's card" in refused.diagnostic.message
+
+
+def test_extended_skills_are_absent_by_default_and_read_like_skills() -> None:
+    assert parse_manifest(AUTHENTICATED).agent.extended_skills is None
+    manifest = parse_manifest(with_agent(
+        "skills: [{id: code, name: Code}], "
+        "extended_skills: [{id: audit, name: Audit, description: Audits, tags: [sec]}]"))
+    [skill] = manifest.agent.extended_skills or []
+    assert (skill.id, skill.name, skill.description, skill.tags) == (
+        "audit", "Audit", "Audits", ["sec"])
+
+
+@pytest.mark.parametrize("keys, path, problem", [
+    ("extended_skills: []", "agent.extended_skills", "is an empty list"),
+    ("skills: [{id: a, name: A}], extended_skills: [{id: a, name: B}]",
+     "agent.extended_skills", "gives the skill id `a` twice"),
+    ("extended_skills: [{id: b, name: B}, {id: b, name: C}]", "agent.extended_skills",
+     "gives the skill id `b` twice"),
+    ("extended_skills: [{id: b}]", "agent.extended_skills[0].name", "required"),
+    ("extended_skills: [{id: b, name: B, level: 3}]", "agent.extended_skills[0].level", ""),
+])
+def test_bad_extended_skills_are_e_man_001_naming_the_field(keys: str, path: str,
+                                                            problem: str) -> None:
+    refused = refusal(with_agent(keys))
+    assert (refused.code, refused.path) == ("E-MAN-001", path)
+    assert problem in refused.diagnostic.message
+
+
+def test_extended_skills_at_a_public_door_are_refused_naming_the_fix() -> None:
+    refused = refusal(with_agent("extended_skills: [{id: a, name: A}]", base=MINIMAL))
+    assert (refused.code, refused.path) == ("E-MAN-001", "agent.extended_skills")
+    assert "authenticates nobody" in refused.diagnostic.message
+    assert "network: {authentication: {}}" in refused.diagnostic.hint
+
+
+def test_extended_skills_beside_a2a_are_the_doors_own() -> None:
+    manifest = parse_manifest(AUTHENTICATED.replace(
+        "{python: coder_agent:run}",
+        "{a2a: {url: 'http://h:1'}, extended_skills: [{id: a, name: A}]}"))
+    assert [skill.id for skill in manifest.agent.extended_skills or []] == ["a"]
+
+
 @pytest.mark.parametrize("value", ['"a\\r\\nX-Injected: 1"', '"a\\nb"', '"a\\rb"', '"a\\x7fb"'])
 def test_header_injection_through_a_crlf_value_in_the_manifest_is_refused(value: str) -> None:
     refused = refusal(a2a(f"url: 'http://h:1', headers: {{X-Api: {value}}}"))

@@ -195,6 +195,21 @@ def test_the_card_names_the_member_its_session_and_its_formation() -> None:
     assert [skill.id for skill in info.skills] == ["code"]
 
 
+def test_the_card_takes_the_input_modes_and_the_extended_skills_of_the_manifest() -> None:
+    plain = card_info(manifest(), session_id="ses_1", place=place("coder"), door_url="")
+    assert (plain.input_modes, plain.extended_skills) == (("text/plain",), None)
+    text = ("manifest_version: 1\nname: coder\nversion: 1.2.0\nagent:\n"
+            "  python: coder_agent:run\n  input_modes: [text/plain, 'image/*']\n"
+            "  extended_skills: [{id: audit, name: Audit, tags: [security]}]\n"
+            "network: {authentication: {}}\n")
+    info = card_info(parse_manifest(text), session_id="ses_1", place=place("coder"),
+                     door_url="")
+    assert info.input_modes == ("text/plain", "image/*")
+    assert info.extended_skills is not None
+    assert [(skill.id, skill.tags) for skill in info.extended_skills] == [
+        ("audit", ("security",))]
+
+
 def test_task_env_is_the_grant_plus_the_peers_and_never_the_runtimes_own() -> None:
     grant = "capabilities: {env: {allow: [OPENAI_API_KEY, MISSING, MURMUR_FORMATION_PEERS]}}\n"
     environ = {"OPENAI_API_KEY": "sk", "PATH": "/bin", "MURMUR_HOME": "/h",
