@@ -338,3 +338,49 @@ async def test_a_server_without_doorauths_interceptor_serves_nothing(served: Ser
     finally:
         await server.stop(0)
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_the_extended_card_over_grpc_for_an_authenticated_caller_only() -> None:
+    from gateway.auth.credentials import OperatorToken
+    from gateway.auth.door_auth import AuthPolicy
+    from gateway.door.app import DoorSettings, build_door
+    from gateway.door.card import Skill
+    from gateway.door.tasks import TaskRun
+    from tests.support.door import card_info
+
+    async def echo(run: TaskRun) -> str:
+        return run.text
+
+    operator = OperatorToken.generate()
+    secret = (Skill("audit", "Audit", "for signed-in callers"),)
+    door = build_door(echo, DoorSettings(card=card_info(extended_skills=secret)),
+                      policy=AuthPolicy(authenticated=True, operator=operator))
+    grpc_url = await door.serve_grpc()
+    assert grpc_url is not None
+    try:
+        async with grpc.aio.insecure_channel(grpc_url) as channel:
+            service = a2a_pb2_grpc.A2AServiceStub(channel)
+            card = await service.GetExtendedAgentCard(
+                a2a_pb2.GetExtendedAgentCardRequest(), metadata=metadata(operator.value))
+            with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+                await service.GetExtendedAgentCard(a2a_pb2.GetExtendedAgentCardRequest(),
+                                                   metadata=metadata(None))
+    finally:
+        await door.stop_grpc(0.5)
+    assert card.capabilities.extended_agent_card is True
+    assert [skill.id for skill in card.skills] == ["code", "audit"]
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_part_of_a_media_type_the_card_does_not_take_is_refused(
+        served: ServedDoor) -> None:
+    png = SendMessageRequest(message=Message(
+        message_id="m-png", role=Role.ROLE_USER,
+        parts=[Part(text="look"), Part(raw=b"\x89PNG", media_type="image/png")]))
+    async with stub(served) as door:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await door.SendMessage(png, metadata=metadata(CI_TOKEN))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_info(refused.value).reason == "CONTENT_TYPE_NOT_SUPPORTED"
+    assert "image/png" in (refused.value.details() or "")
+    assert served.door.held == 0, "nothing was started"
