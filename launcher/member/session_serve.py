@@ -365,10 +365,11 @@ def say_ready(session: MemberSession) -> bool:
     if options.json:
         line: dict[str, Any] = {
             "event": "ready", "session_id": session.plan.session_id, "pid": os.getpid(),
-            "door_url": session.door_url, "capsule": options.capsule,
-            "version": options.version, "records_dir": str(records.dir)}
+            "door_url": session.door_url}
         if session.listeners.grpc_url is not None:
             line["grpc_url"] = session.listeners.grpc_url
+        line.update({"capsule": options.capsule, "version": options.version,
+                     "records_dir": str(records.dir)})
         if session.public_url is not None:
             line["public_url"] = session.public_url
         if session.task_id is not None:   # --task: the task it runs on its own door

@@ -46,8 +46,9 @@ def test_the_json_readiness_line_is_the_first_stdout_line_and_names_the_session(
         project: Project, echo: str) -> None:
     member = project.run(echo)
     ready = member.ready
-    assert list(ready) == ["event", "session_id", "pid", "door_url", "capsule", "version",
-                           "records_dir"]
+    assert list(ready) == ["event", "session_id", "pid", "door_url", "grpc_url", "capsule",
+                           "version", "records_dir"]
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", ready["grpc_url"])
     assert ready["event"] == "ready" and ready["pid"] == member.pid
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", ready["door_url"])
     assert ready["capsule"] == "local/echo" and ready["version"] == "1.0.0"
