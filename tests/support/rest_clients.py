@@ -1,7 +1,8 @@
 """Helpers for the tests of real A2A clients over the door's HTTP+JSON binding (no tests
 here): a scriptable agent, an ASGI recorder that notes every request's verb and path, an
-authenticated door on a real uvicorn socket with the three kinds of credential it takes,
-and the runner of the @a2a-js/sdk client script (``tests/agents/js/rest_client.mjs``)."""
+authenticated door on a real uvicorn socket with the three kinds of credential it takes
+(and its gRPC binding on request), and the runner of the @a2a-js/sdk client scripts
+(``tests/agents/js/rest_client.mjs``, ``tests/agents/js/grpc_client.mjs``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gateway.auth.credentials import DeclaredBearer, OperatorToken
@@ -25,6 +27,7 @@ from tests.support.door import card_info, serve
 from tests.support.third_party import JS_AGENT_DIR
 
 JS_REST_CLIENT = JS_AGENT_DIR / "rest_client.mjs"
+JS_GRPC_CLIENT = JS_AGENT_DIR / "grpc_client.mjs"
 #: The three credentials every client test runs with.
 WHO = ("operator", "bearer", "formation")
 #: The member whose door it is, and the member that holds a formation token for it.
@@ -158,7 +161,7 @@ async def served_door(*, public_card: bool = False, grpc: bool = False,
 
 @dataclass
 class JsRun:
-    """What ``rest_client.mjs`` printed: one JSON object per step, and its stderr."""
+    """What a client script printed: one JSON object per step, and its stderr."""
 
     returncode: int
     steps: dict[str, dict[str, Any]]
@@ -167,12 +170,13 @@ class JsRun:
 
 
 async def run_js_client(url: str, scenario: str, token: str | None,
-                        timeout: float = 30.0) -> JsRun:
-    """Run the @a2a-js/sdk REST client script (node from PATH) against ``url``. The
-    token goes on its stdin, never on argv or in the environment."""
+                        timeout: float = 30.0, script: Path = JS_REST_CLIENT) -> JsRun:
+    """Run an @a2a-js/sdk client script (node from PATH; the REST one unless ``script``
+    says otherwise) against ``url``. The token goes on its stdin, never on argv or in the
+    environment."""
     node = shutil.which("node") or "node"
     process = await asyncio.create_subprocess_exec(
-        node, str(JS_REST_CLIENT), url, scenario, cwd=str(JS_AGENT_DIR),
+        node, str(script), url, scenario, cwd=str(JS_AGENT_DIR),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     try:
@@ -181,7 +185,7 @@ async def run_js_client(url: str, scenario: str, token: str | None,
     except TimeoutError:
         process.kill()
         out, err = await process.communicate()
-        raise AssertionError(f"rest_client.mjs ran over {timeout}s; stdout: {out!r}; "
+        raise AssertionError(f"{script.name} ran over {timeout}s; stdout: {out!r}; "
                              f"stderr: {err.decode(errors='replace')}") from None
     steps: dict[str, dict[str, Any]] = {}
     order: list[str] = []

@@ -27,6 +27,8 @@ SDK_AGENT = AGENTS_DIR / "sdk_agent.py"
 JS_AGENT_DIR = AGENTS_DIR / "js"
 JS_AGENT = JS_AGENT_DIR / "server.mjs"
 JS_SDK_PACKAGE = JS_AGENT_DIR / "node_modules" / "@a2a-js" / "sdk" / "package.json"
+#: The peers @a2a-js/sdk's gRPC client (``@a2a-js/sdk/client/grpc``) imports.
+JS_GRPC_PEERS = ("@grpc/grpc-js", "@bufbuild/protobuf")
 CARD_PATH = "/.well-known/agent-card.json"
 CARD_WAIT_S = 15.0
 STOP_WAIT_S = 5.0
@@ -60,6 +62,17 @@ def require_node() -> None:
         pytest.skip("no node on PATH: the @a2a-js/sdk agent cannot run")
     if not JS_SDK_PACKAGE.exists():
         pytest.skip(f"{JS_AGENT_DIR / 'node_modules'} is missing: run `make js-agents`")
+
+
+def require_node_grpc() -> None:
+    """Skip the calling test, with the reason, unless @a2a-js/sdk's gRPC client can run:
+    the Node agent's packages and the gRPC peers package.json pins."""
+    require_node()
+    missing = [peer for peer in JS_GRPC_PEERS
+               if not (JS_AGENT_DIR / "node_modules" / peer / "package.json").exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} missing from {JS_AGENT_DIR / 'node_modules'}: "
+                    "run `make js-agents` (@a2a-js/sdk's gRPC client needs them)")
 
 
 def free_port() -> int:
