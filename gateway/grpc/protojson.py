@@ -112,7 +112,7 @@ def _converter(field: Any) -> Any:
         return base64.b64decode
     if kind == _ENUM:
         numbers = {value.name: value.number for value in field.enum_type.values}
-        return lambda item: numbers[item] if type(item) is str else int(item)
+        return lambda item: numbers[item] if isinstance(item, str) else int(item)
     sub = field.message_type
     if sub.full_name == _STRUCT:
         struct_class = message_factory.GetMessageClass(sub)
@@ -135,9 +135,9 @@ def _converter(field: Any) -> Any:
 
 
 def _string(item: Any) -> str:
-    if type(item) is not str:
+    if not isinstance(item, str):   # a str, or a StrEnum such as the door's TaskState
         raise _Unplanned
-    return item
+    return str(item)
 
 
 def _bool(item: Any) -> bool:

@@ -113,3 +113,19 @@ def test_any_task_converts_as_json_format_converts_it(text: str, metadata: dict[
     assert to_message(value, TASK, POOL) == judged(value, TASK)
     assert to_dict(judged(value, TASK), POOL) == json_format.MessageToDict(
         judged(value, TASK), descriptor_pool=POOL)
+
+
+def test_the_doors_own_task_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The door's states are StrEnum members: read as their names, never a fallback."""
+    from gateway.protocol import TaskState
+
+    def no_fallback(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("json_format was used")
+
+    value = {"id": "t", "status": {"state": TaskState.COMPLETED,
+                                   "timestamp": "2026-12-05T13:12:52.966Z"},
+             "history": [{"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}]}
+    expected = judged({**value, "status": {**value["status"], "state": "TASK_STATE_COMPLETED"}},
+                      TASK)
+    monkeypatch.setattr(json_format, "ParseDict", no_fallback)
+    assert to_message(value, TASK, POOL) == expected
