@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "b64url_encode": "gateway.auth.tokens",
     "Door": "gateway.door.app",
     "DoorSettings": "gateway.door.app",
+    "PublicGrpc": "gateway.door.app",
     "build_door": "gateway.door.app",
     "CardInfo": "gateway.door.card",
     "card_signature": "gateway.door.card_signing",
@@ -123,6 +124,7 @@ __all__ = [
     "DoorDirectory",
     "DoorMetrics",
     "DoorSettings",
+    "PublicGrpc",
     "DoorUnavailable",
     "ERROR",
     "EgressRefused",
@@ -220,7 +222,7 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
         b64url_decode_canonical,
         b64url_encode,
     )
-    from gateway.door.app import Door, DoorSettings, build_door
+    from gateway.door.app import Door, DoorSettings, PublicGrpc, build_door
     from gateway.door.card import CardInfo, Skill
     from gateway.door.card_signing import card_signature, key_id
     from gateway.door.media_types import media_type_problem

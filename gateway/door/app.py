@@ -105,6 +105,19 @@ class DoorSettings:
     push_allow: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class PublicGrpc:
+    """A published door's gRPC binding beyond loopback: where it binds (``host``,
+    ``port``; 0: the kernel picks), the name its clients dial (``name``), and its TLS
+    certificate and key (PEM bytes) when the listener has them (docs/grpc.md)."""
+
+    host: str
+    port: int
+    name: str
+    tls_cert: bytes | None = None
+    tls_key: bytes | None = None
+
+
 class DoorTasks(Protocol):
     """What stands behind a door's bindings: the tasks of this member. Two
     kinds: :class:`LocalTasks` (the agent runs here, in a :class:`TaskStore`) and the
@@ -249,8 +262,11 @@ class Door:
                                    keepalive=keepalive)
         self._rest = RestBinding(tasks.methods, max_body=policy.max_body,
                                  keepalive=keepalive)
-        #: The gRPC binding's server, while it serves (serve_grpc).
+        #: The gRPC binding's server, while it serves (serve_grpc), and the address its
+        #: listeners' cards name for it when the door is published (else none).
         self._grpc: GrpcServer | None = None
+        self._public_grpc = ""
+        self.public_grpc_port = 0
         self._out_root = (os.path.realpath(settings.out_dir)
                           if settings.out_dir is not None else None)
         #: The A2A app without DoorAuth (for benchmarks and tests that set the Caller).
@@ -293,18 +309,27 @@ class Door:
         """Name the door's own URL on its card, once the socket is bound."""
         self._card.set_url(url)
 
-    async def serve_grpc(self) -> str | None:
+    async def serve_grpc(self, public: PublicGrpc | None = None) -> str | None:
         """Serve the gRPC binding on a loopback port of its own (gateway.grpc) and list it
         on the card; its address (``127.0.0.1:<port>``), or ``None`` without the ``grpc``
-        extra. Call it in the loop the door serves in, before the card is signed."""
+        extra. ``public``: also at a published door's address, listed on the cards of its
+        listeners (:attr:`public_grpc_port` is the port bound there). Call it in the loop
+        the door serves in, before the card is signed."""
         from gateway.grpc import available
         if not available():
             return None
-        from gateway.grpc.server import GrpcServer
+        from gateway.grpc.server import GrpcServer, PublicAddress
         server = GrpcServer(self.tasks.methods, self.auth)
-        await server.start()
+        await server.start(public=PublicAddress(public.host, public.port, public.tls_cert,
+                                                public.tls_key) if public else None)
         self._grpc = server
         self._card.set_grpc_url(server.url)
+        if public is not None:
+            self.public_grpc_port = server.public_port
+            self._public_grpc = f"{public.name}:{server.public_port}"
+            self._cards_by_port = {port: card.at(card.info.door_url, self._public_grpc)
+                                   for port, card in self._cards_by_port.items()}
+            self._cards_by_host.clear()
         return server.url
 
     async def stop_grpc(self, grace: float = 2.0) -> None:
@@ -320,7 +345,7 @@ class Door:
     def add_listener(self, port: int, url: str) -> None:
         """A request that arrives on local ``port`` (a listener beyond loopback) is
         served a card naming ``url``: the address its clients reach the door at."""
-        self._cards_by_port[port] = self._card.at(url)
+        self._cards_by_port[port] = self._card.at(url, self._public_grpc)
 
     def _card_for(self, scope: Scope) -> CardRoute:
         """The card for a request: on a listener beyond loopback, the one naming the
@@ -339,7 +364,7 @@ class Door:
         url = f"{scope.get('scheme', 'http')}://{host.decode('latin-1')}"
         card = self._cards_by_host.get(url)
         if card is None:
-            card = self._card.at(url)
+            card = self._card.at(url, self._public_grpc)
             if len(self._cards_by_host) < _HOST_CARDS:
                 self._cards_by_host[url] = card
         return card

@@ -204,11 +204,11 @@ class CardRoute:
         """The extended card (:func:`extended_card`), or None when the card declares none."""
         return self._extended
 
-    def at(self, url: str) -> CardRoute:
+    def at(self, url: str, grpc_url: str = "") -> CardRoute:
         """The same card naming ``url`` (a listener beyond loopback), built the same way
-        (a gateway member's merged with its upstream's), unsigned, and without the gRPC
-        interface, which is served on loopback only (docs/grpc.md)."""
-        return CardRoute(replace(self._info, door_url=url, grpc_url=""),
+        (a gateway member's merged with its upstream's), unsigned, its gRPC interface at
+        ``grpc_url`` (the published one; none when gRPC is not published there)."""
+        return CardRoute(replace(self._info, door_url=url, grpc_url=grpc_url),
                          authenticated=self._authenticated, build=self._build)
 
     def set_url(self, url: str) -> None:

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gateway.a2a.jsonrpc import RpcError
-from gateway.door.app import Door
+from gateway.door.app import Door, PublicGrpc
 from gateway.door.card_signing import card_signature
 from gateway.protocol import TERMINAL_STATES, TaskState
 from gateway.trace.bus import TraceRecord
@@ -38,7 +38,7 @@ from launcher.member.outcome import SESSION_NOT_STAGED, Cause, member_diagnostic
 from launcher.member.server import DoorServer
 from launcher.member.session_end import bounded, write_task_result
 from launcher.member.session_start import StartFailed
-from launcher.spawn.listen_flags import Listener, bind_listener
+from launcher.spawn.listen_flags import Listener, bind_listener, grpc_port
 from launcher.spawn.process import divert_stderr_to, escape_control, launcher_gone, wait_for_eof
 
 if TYPE_CHECKING:
@@ -153,8 +153,10 @@ class DoorListeners:
         self._public_socket: socket.socket | None = None
         self._public_server: DoorServer | None = None
         self._public_task: asyncio.Task[None] | None = None
-        #: The gRPC binding's address while the door serves it, and its door.
+        #: The gRPC binding's address while the door serves it, beyond loopback too when
+        #: the door is published, and its door.
         self.grpc_url: str | None = None
+        self.public_grpc_url: str | None = None
         self._grpc_door: Door | None = None
 
     def bind(self) -> None:
@@ -214,14 +216,24 @@ class DoorListeners:
             fix="see the lines above; run it again"))
 
     async def _serve_grpc(self, door: Door) -> None:
-        """The gRPC binding on a loopback port of its own (docs/grpc.md); a door that
-        cannot serve it serves the HTTP bindings alone, and says why."""
+        """The gRPC binding on a loopback port of its own, and beyond loopback on the
+        listener's port + 1 (docs/grpc.md); a door that cannot serve it serves the HTTP
+        bindings alone, and says why."""
+        listener = self._listener
+        public = None
+        if listener is not None:
+            public = PublicGrpc(listener.host, grpc_port(listener.port),
+                                _dialled(listener.names()[0]),
+                                listener.tls_cert.read_bytes() if listener.tls_cert else None,
+                                listener.tls_key.read_bytes() if listener.tls_key else None)
         try:
-            self.grpc_url = await door.serve_grpc()
+            self.grpc_url = await door.serve_grpc(public)
         except (OSError, RuntimeError) as exc:
             log.warning("the door serves no gRPC binding: %s", exc)
             return
         self._grpc_door = door
+        if public is not None and self.grpc_url is not None:
+            self.public_grpc_url = f"{public.name}:{door.public_grpc_port}"
 
     async def serve_public(self, door: Door) -> None:
         """The listener beyond loopback: the same door app, TLS when asked."""
@@ -271,6 +283,11 @@ class DoorListeners:
         for sock in (self._socket, self._public_socket):
             if sock is not None:
                 sock.close()
+
+
+def _dialled(name: str) -> str:
+    """A host as a gRPC client dials it (an IPv6 address in brackets)."""
+    return f"[{name}]" if ":" in name else name
 
 
 def _bind_loopback() -> socket.socket:
@@ -372,6 +389,8 @@ def say_ready(session: MemberSession) -> bool:
                      "records_dir": str(records.dir)})
         if session.public_url is not None:
             line["public_url"] = session.public_url
+        if session.listeners.public_grpc_url is not None:
+            line["public_grpc_url"] = session.listeners.public_grpc_url
         if session.task_id is not None:   # --task: the task it runs on its own door
             line["task_id"] = session.task_id
         if place.formation_id is not None:

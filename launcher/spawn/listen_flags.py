@@ -3,8 +3,9 @@ HOST:PORT`` (``mur run --roster``, the entry member's door), with ``--tls-cert F
 --tls-key FILE`` and ``--public-host NAME`` (docs/door-beyond-loopback.md).
 
 In order: the flags read into a :class:`Listener` (usage errors, exit 2, naming the flag
-and what it takes); then :func:`check_listener`, before anything starts: the address can
-be bound on this host and the certificate and key load (``E-RUN-056`` naming the flag and
+and what it takes); then :func:`check_listener`, before anything starts: the address, and
+the next port for the gRPC binding (:func:`grpc_port`), can be bound on this host and the
+certificate and key load (``E-RUN-056`` naming the flag and
 the fix); :func:`bind_listener` binds it for good; :func:`listener_args` hands it on to
 the entry member as ``--listen`` flags.
 """
@@ -16,7 +17,7 @@ import ipaddress
 import re
 import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launcher.diagnostics import DiagnosticError
@@ -155,10 +156,30 @@ def tls_context(listener: Listener) -> ssl.SSLContext | None:
     return context
 
 
+def grpc_port(port: int) -> int:
+    """Where a published door serves gRPC: the port after its HTTP one (0 stays 0: the
+    kernel picks both), so that a container publishes a fixed pair (docs/grpc.md)."""
+    return port + 1 if port else 0
+
+
 def check_listener(listener: Listener) -> None:
-    """Everything that can be checked before anything starts (the bind is released)."""
+    """Everything that can be checked before anything starts (the binds are released):
+    the certificate, the HTTP port and the gRPC port after it."""
     tls_context(listener)
     bind_listener(listener).close()
+    if listener.port:
+        if listener.port == 65535:
+            raise _refusal(listener, listener.flag, listener.spelled,
+                           "its gRPC binding would listen on the next port, and there is none",
+                           "choose a port below 65535")
+        try:
+            bind_listener(replace(listener, port=grpc_port(listener.port))).close()
+        except DiagnosticError:
+            raise _refusal(listener, listener.flag, listener.spelled,
+                           f"the next port, {grpc_port(listener.port)}, where the door "
+                           "publishes its gRPC binding, cannot be bound (Address already in "
+                           "use, or not this host's)",
+                           "choose a port whose next port is free too") from None
 
 
 def listener_args(listener: Listener) -> list[str]:

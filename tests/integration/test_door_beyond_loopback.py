@@ -15,9 +15,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
+from a2a.types import a2a_pb2_grpc
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -40,9 +42,30 @@ PUBLIC = "127.0.0.2"
 
 
 def free_port(host: str = PUBLIC) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port free on ``host`` with the next one free too (the door's gRPC binding)."""
+    for _ in range(50):
+        with socket.socket() as sock, socket.socket() as after:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+            try:
+                after.bind((host, port + 1))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no two free ports in a row on {host}")
+
+
+async def ask_over_grpc(address: str, token: str, text: str,
+                        credentials: grpc.ChannelCredentials | None = None) -> str:
+    """A SendMessage over the door's published gRPC binding, as the operator."""
+    channel = (grpc.aio.secure_channel(address, credentials) if credentials is not None
+               else grpc.aio.insecure_channel(address))
+    async with channel:
+        answer = await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(
+            send(text), metadata=[("a2a-version", "1.0"),
+                                  ("authorization", f"Bearer {token}")], timeout=20)
+    assert answer.task.status.state == TaskState.TASK_STATE_COMPLETED, answer
+    return str(answer.task.artifacts[0].parts[0].text)
 
 
 def self_signed(folder: Path, address: str) -> tuple[Path, Path]:
@@ -96,12 +119,15 @@ async def test_listen_serves_the_same_door_at_another_address(project: Project) 
     url = f"http://{PUBLIC}:{port}"
     assert member.ready["public_url"] == url
     assert member.ready["door_url"].startswith("http://127.0.0.1:")
+    assert member.ready["public_grpc_url"] == f"{PUBLIC}:{port + 1}"
     assert await ask_with_sdk(url, member.token, "hello") == "echo: hello"
+    assert await ask_over_grpc(f"{PUBLIC}:{port + 1}", member.token, "hi") == "echo: hi"
     async with httpx.AsyncClient() as http:
         card = (await http.get(url + "/.well-known/agent-card.json",
                                headers={"Authorization": f"Bearer {member.token}"})).json()
-        assert {i["url"] for i in card["supportedInterfaces"]} == {url}, \
-            "gRPC is served on loopback only: the listener's card does not list it"
+        assert {i["url"]: i["protocolBinding"] for i in card["supportedInterfaces"]} == {
+            url: "HTTP+JSON", f"{PUBLIC}:{port + 1}": "GRPC"}, \
+            "gRPC is published on the next port, and the listener's card names it there"
         loopback = (await http.get(member.door + "/.well-known/agent-card.json",
                                    headers={"Authorization": f"Bearer {member.token}"})).json()
         assert {i["url"]: i["protocolBinding"] for i in loopback["supportedInterfaces"]} == {
@@ -144,6 +170,10 @@ async def test_listen_with_tls(project: Project, tmp_path: Path) -> None:
     assert member.ready["public_url"] == url
     trusted = ssl.create_default_context(cafile=str(cert))
     assert await ask_with_sdk(url, member.token, "secret", verify=trusted) == "echo: secret"
+    assert await ask_over_grpc(f"{PUBLIC}:{port + 1}", member.token, "sealed",
+                               grpc.ssl_channel_credentials(cert.read_bytes())) == "echo: sealed"
+    with pytest.raises(grpc.aio.AioRpcError):   # plain gRPC gets nowhere on it either
+        await ask_over_grpc(f"{PUBLIC}:{port + 1}", member.token, "plain")
     with pytest.raises(httpx.HTTPError):  # plain HTTP gets nowhere on the TLS listener
         httpx.get(f"http://{PUBLIC}:{port}/healthz", timeout=5)
     assert httpx.get(member.door + "/healthz").status_code == 200  # loopback stays plain
@@ -164,6 +194,22 @@ def test_bad_listener_flags_are_usage_errors(project: Project, flags: list[str],
     _, err = process.communicate(timeout=30)
     assert process.returncode == 2
     assert message in err.decode()
+
+
+def test_the_next_port_in_use_is_e_run_056_for_the_grpc_binding(project: Project) -> None:
+    echo(project)
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind((PUBLIC, port + 1))
+        taken.listen(1)
+        process = project.start("echo", "--task", "x", "--listen", f"{PUBLIC}:{port}")
+        _, err = process.communicate(timeout=30)
+    text = err.decode()
+    assert process.returncode == 1
+    assert codes(text) == ["E-RUN-056"]
+    assert f"--listen {PUBLIC}:{port}: the next port, {port + 1}, where the door publishes " \
+        "its gRPC binding, cannot be bound" in text
+    assert "choose a port whose next port is free too" in text
 
 
 def test_a_port_in_use_is_e_run_056_naming_the_flag(project: Project) -> None:
