@@ -8,8 +8,8 @@
 ``grpc_url`` is the door's gRPC binding (``127.0.0.1:<port>``, docs/grpc.md), ``null``
 for a door that serves none;
 
-plus ``public_url`` (at the top and on the entry member's row) when ``--publish`` put
-the entry member's door beyond loopback.
+plus ``public_url`` and ``public_grpc_url`` (at the top and on the entry member's row)
+when ``--publish`` put the entry member's door beyond loopback.
 
 Otherwise a short table on stderr, so that with ``--task`` stdout holds the entry
 member's result alone (``answer=$(mur run --roster --task …)`` works).
@@ -28,7 +28,7 @@ def formation_line(formation_id: str, project_dir: Path,
                    members: Sequence[LaunchedMember]) -> dict[str, Any]:
     """The formation line's object, members in roster order."""
     rows: list[dict[str, Any]] = []
-    published = None
+    published = published_grpc = None
     for member in sorted(members, key=lambda m: m.spec.index):
         ready = member.ready
         rows.append({
@@ -42,10 +42,14 @@ def formation_line(formation_id: str, project_dir: Path,
         })
         if member.entry and ready is not None and ready.public_url is not None:
             published = rows[-1]["public_url"] = ready.public_url
+            if ready.public_grpc_url is not None:
+                published_grpc = rows[-1]["public_grpc_url"] = ready.public_grpc_url
     line: dict[str, Any] = {"event": "formation", "formation_id": formation_id,
                             "project_dir": str(project_dir), "members": rows}
     if published is not None:
         line["public_url"] = published
+    if published_grpc is not None:
+        line["public_grpc_url"] = published_grpc
     return line
 
 

@@ -85,8 +85,10 @@ class Ready:
     formation_id: str | None
     #: Where the door is published beyond loopback (``--listen``), when it is.
     public_url: str | None = None
-    #: The door's gRPC binding (``127.0.0.1:<port>``), when it serves one.
+    #: The door's gRPC binding (``127.0.0.1:<port>``), when it serves one, and where it
+    #: is published beyond loopback (``--listen``), when it is.
     grpc_url: str | None = None
+    public_grpc_url: str | None = None
 
     @property
     def operator_token_path(self) -> Path:
@@ -125,6 +127,17 @@ def _under(path: Path, root: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _address(value: object) -> str | None:
+    """A ``host:port`` a member reported, or None (nothing else is passed on)."""
+    if not isinstance(value, str) or len(value) > 300:
+        return None
+    try:
+        port = urlsplit(f"http://{value}").port
+    except ValueError:
+        return None
+    return value if port is not None and "/" not in value and "@" not in value else None
 
 
 def parse_ready_line(line: bytes, *, member: str, formation_id: str | None) -> Ready:
@@ -169,7 +182,8 @@ def parse_ready_line(line: bytes, *, member: str, formation_id: str | None) -> R
                  records_dir=Path(os.path.normpath(records_dir)), formation_id=reported,
                  public_url=public_url if isinstance(public_url, str)
                  and public_url.startswith(("http://", "https://")) else None,
-                 grpc_url=grpc_url if loopback_door(f"http://{grpc_url}") else None)
+                 grpc_url=grpc_url if loopback_door(f"http://{grpc_url}") else None,
+                 public_grpc_url=_address(data.get("public_grpc_url")))
 
 
 def card_names_session(card: object, session_id: str) -> bool:

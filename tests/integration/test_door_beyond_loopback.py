@@ -259,6 +259,8 @@ async def test_publish_serves_the_entry_members_door_and_only_it(tmp_path: Path,
         records = Path(next(p for p in (murmur_home / "records").rglob(entry["session_id"])))
         token = (records / "operator.token").read_text()
         assert await ask_with_sdk(f"http://{PUBLIC}:{port}", token, "hi") == "front: hi"
+        assert line["public_grpc_url"] == entry["public_grpc_url"] == f"{PUBLIC}:{port + 1}"
+        assert await ask_over_grpc(f"{PUBLIC}:{port + 1}", token, "yo") == "front: yo"
         listening = {(member["name"], _listens_on(member["pid"], port))
                      for member in line["members"]}
         assert listening == {("front", True), ("back", False)}
