@@ -46,6 +46,9 @@ DECLARABLE_SCOPES: frozenset[str] = OPERATOR_METHODS | {METRICS_METHOD} | PUSH_M
 #: A2A methods beyond the task methods that a door may refuse (no push notifications
 #: where none are allowed): known names, so a refusal may echo them.
 REFUSED_METHODS: frozenset[str] = PUSH_METHODS
+#: Every method name a door knows: a name outside it is no method at all, which the app
+#: answers ``-32601`` to whoever asks (A2A 1.0 section 9.5), not a scope a caller lacks.
+KNOWN_METHODS: frozenset[str] = OPERATOR_METHODS | REFUSED_METHODS | {METRICS_METHOD}
 #: Exactly the five scopes a formation token carries (docs/door-auth.md).
 FORMATION_SCOPES: frozenset[str] = frozenset(
     {"SendMessage", "GetTask", "CancelTask", "ListTasks", "SubscribeToTask"}

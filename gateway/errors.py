@@ -27,6 +27,8 @@ raises on purpose with one ``except``, and the tree (as httpx draws its own):
     │                                 (the call falls back to polling)
     ├── ForwardAnswer ............... proxy.forward_request: an answer the forward proxy
     │                                 gives itself (Proxy-Status: murmur)
+    ├── PushRefused ................. push.delivery: a webhook the door will not send to
+    │                                 (off the allow-list, resolving inside, a redirect)
     └── ProxyError .................. proxy.proxy_errors: the formation proxy refused or
         │                             could not reach (also an httpx.TransportError,
         │                             so an httpx caller sees a transport failure)

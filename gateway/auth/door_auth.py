@@ -13,8 +13,9 @@ this order; the first failure answers and nothing after it is read (docs/door-au
    ``max_body``), from the path for the agent card, ``resources/files`` and ``/metrics``
    (``Metrics``: the operator, or a declared credential with that scope), from the verb
    and path for the HTTP+JSON binding (the route, :func:`gateway.routes.classify`);
-5. ``403 insufficient_scope``: a method outside the credential's scopes, whatever A2A
-   version the request asks for (the reference's order: DoorAuth's checks come first;
+5. ``403 insufficient_scope``: a method outside the credential's scopes (for a
+   declared credential, a name no method of the door has passes: the app answers
+   ``-32601``), whatever A2A version the request asks for (the reference's order: DoorAuth's checks come first;
    a call in another version that passes them gets the app's ``-32009``); the agent
    card and ``GetExtendedAgentCard`` are every accepted credential's
    (:data:`gateway.caller.CARD_METHODS`);
@@ -68,6 +69,7 @@ from gateway.caller import (
     ANONYMOUS_CALLER,
     CALLER_SCOPE_KEY,
     CARD_METHODS,
+    KNOWN_METHODS,
     OPERATOR_METHODS,
     PUBLIC_CALLER,
     REFUSED_METHODS,
@@ -354,9 +356,13 @@ class DoorAuth:
         if method is not None and not (
             credential.kind == "operator" or method in credential.scopes
             or method in CARD_METHODS
+            or (method not in KNOWN_METHODS and credential.kind != "member")
         ):
-            # The operator may call anything (the app answers -32601 to an unknown name)
-            # and any accepted credential may read the agent card and the extended card.
+            # The operator may call anything; any accepted credential may read the agent
+            # card and the extended card; for a declared credential a name no method of
+            # the door has is no scope it lacks: the app answers -32601 (A2A 1.0 section
+            # 9.5). A formation token is refused anything outside its five scopes (the
+            # reference's table).
             raise Refused("insufficient_scope", credential=credential.name,
                           method=_method_label(method))
         if credential.kind == "member" and not self._accept_peer_tasks:

@@ -22,6 +22,8 @@ from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from gateway.errors import GatewayError
+
 __all__ = ["to_dict", "to_message"]
 
 _STRING, _BOOL, _BYTES, _ENUM, _MESSAGE = (
@@ -45,7 +47,7 @@ _INFINITY = float("inf")
 _TIMESTAMP = "google.protobuf.Timestamp"
 
 
-class _Unplanned(Exception):
+class _Unplanned(GatewayError):
     """A value the plan does not convert: json_format converts the whole message."""
 
 

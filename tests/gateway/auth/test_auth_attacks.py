@@ -631,3 +631,15 @@ async def test_a_public_name_with_a_port_that_is_not_a_number_is_refused_421() -
                              ("door.example:123456", 421), ("other.example:9443", 421)):
             answer = await client.get("/.well-known/agent-card.json", headers={"Host": host})
             assert answer.status_code == status, host
+
+
+@pytest.mark.parametrize("method", ["NonExistentMethod", "tasks/get", "getTask", ""])
+async def test_a_declared_credential_calling_no_method_gets_method_not_found(
+        method: str) -> None:
+    """A2A 1.0 section 9.5 (the TCK's CORE-ERR-001): a name no method of the door has is
+    no scope the caller lacks. DoorAuth lets it through and the app says -32601; a
+    formation token's call of it stays 403 (the test above)."""
+    door = make_door()
+    response = await door.post(rpc(method), bearer_1_0(CI_TOKEN))
+    assert response.status_code == 200
+    assert [call["rpc"]["method"] for call in door.echo.calls] == [method], "handed to the app"
