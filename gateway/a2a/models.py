@@ -294,6 +294,37 @@ class CancelTaskRequest(WireModel):
     metadata: FreeObject | None = None
 
 
+class PushConfigRequest(WireModel):
+    """GetTaskPushNotificationConfig and DeleteTaskPushNotificationConfig."""
+
+    tenant: Identifier | None = None
+    task_id: Identifier = Field(min_length=1)
+    id: Identifier = Field(min_length=1)
+
+
+class ListPushConfigsRequest(WireModel):
+    tenant: Identifier | None = None
+    task_id: Identifier = Field(min_length=1)
+    page_size: int | None = Field(default=None, ge=0)
+    page_token: Identifier | None = None
+
+
+class PushAuthentication(WireModel):
+    scheme: str = Field(min_length=1, max_length=64)
+    credentials: str | None = Field(default=None, max_length=4096)
+
+
+class TaskPushNotificationConfig(WireModel):
+    """CreateTaskPushNotificationConfig's request (and a SendMessage's configuration)."""
+
+    tenant: Identifier | None = None
+    id: Identifier | None = None
+    task_id: Identifier | None = None
+    url: str = Field(min_length=1, max_length=2048)
+    token: str | None = Field(default=None, max_length=4096)
+    authentication: PushAuthentication | None = None
+
+
 class SubscribeToTaskRequest(WireModel):
     tenant: Identifier | None = None
     id: Identifier = Field(min_length=1)

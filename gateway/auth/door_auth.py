@@ -15,10 +15,10 @@ this order; the first failure answers and nothing after it is read (docs/door-au
    and path for the HTTP+JSON binding (the route, :func:`gateway.routes.classify`);
 5. ``403 insufficient_scope``: a method outside the credential's scopes (for a
    declared credential, a name no method of the door has passes: the app answers
-   ``-32601``), whatever A2A version the request asks for (the reference's order: DoorAuth's checks come first;
-   a call in another version that passes them gets the app's ``-32009``); the agent
-   card and ``GetExtendedAgentCard`` are every accepted credential's
-   (:data:`gateway.caller.CARD_METHODS`);
+   ``-32601``), whatever A2A version the request asks for (the reference's order:
+   DoorAuth's checks come first; a call in another version that passes them gets the
+   app's ``-32009``); the agent card and ``GetExtendedAgentCard`` are every accepted
+   credential's (:data:`gateway.caller.CARD_METHODS`);
 6. ``403 peer_not_accepted``: a formation credential at a door that takes no peer tasks;
 7. ``421 misdirected_request``: a ``Host`` that is not a loopback name with the door's
    port (DNS rebinding, :mod:`gateway.auth.hosts`);

@@ -16,7 +16,13 @@ import asyncio
 from typing import Any
 
 from gateway.a2a.jsonrpc import RpcError
+from gateway.a2a.models import (
+    ListPushConfigsRequest,
+    PushConfigRequest,
+    TaskPushNotificationConfig,
+)
 from gateway.caller import Caller
+from gateway.door.methods import validate_params
 from gateway.door.task_record import TaskRecord
 from gateway.door.tasks import TaskStore
 from gateway.protocol import TERMINAL_STATES
@@ -27,7 +33,6 @@ from gateway.trace.bus import TraceBus
 
 __all__ = ["PushNotifications"]
 
-_MAX_ID = 256
 
 
 class PushNotifications:
@@ -48,22 +53,27 @@ class PushNotifications:
     async def create(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
         """CreateTaskPushNotificationConfig: a TaskPushNotificationConfig in, the same
         with its ``id`` out."""
-        record = self._store.visible(_task_id(params, "taskId"), caller)
+        request = validate_params(TaskPushNotificationConfig, params)
+        if request.task_id is None:
+            raise RpcError("INVALID_PARAMS", "taskId: Field required")
+        record = self._store.visible(request.task_id, caller)
         return self.watch(record, params, caller).wire()
 
     async def get(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        record = self._store.visible(_task_id(params, "taskId"), caller)
-        return self.configs.get(record.id, _task_id(params, "id"),
-                                caller.credential.owner).wire()
+        request = validate_params(PushConfigRequest, params)
+        record = self._store.visible(request.task_id, caller)
+        return self.configs.get(record.id, request.id, caller.credential.owner).wire()
 
     async def list(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        record = self._store.visible(_task_id(params, "taskId"), caller)
+        request = validate_params(ListPushConfigsRequest, params)
+        record = self._store.visible(request.task_id, caller)
         return {"configs": [config.wire() for config in
                             self.configs.of_task(record.id, caller.credential.owner)]}
 
     async def delete(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        record = self._store.visible(_task_id(params, "taskId"), caller)
-        self.configs.delete(record.id, _task_id(params, "id"), caller.credential.owner)
+        request = validate_params(PushConfigRequest, params)
+        record = self._store.visible(request.task_id, caller)
+        self.configs.delete(record.id, request.id, caller.credential.owner)
         return {}
 
     # --- following tasks ----------------------------------------------------------------
@@ -71,6 +81,7 @@ class PushNotifications:
     def check(self, params: dict[str, Any], caller: Caller) -> None:
         """Refuse (``-32602``) a configuration given with a SendMessage before the task
         it is for is made."""
+        validate_params(TaskPushNotificationConfig, params)
         read_config(params, "-", caller.credential.owner, self._allow, self._is_door_secret)
 
     def watch(self, record: TaskRecord, params: dict[str, Any], caller: Caller) -> PushConfig:
@@ -112,9 +123,3 @@ class PushNotifications:
             pump.cancel()
         await self.delivery.aclose(grace)
 
-
-def _task_id(params: dict[str, Any], field: str) -> str:
-    value = params.get(field)
-    if not isinstance(value, str) or not value or len(value) > _MAX_ID:
-        raise RpcError("INVALID_PARAMS", f"{field}: the id, as text")
-    return value

@@ -398,3 +398,24 @@ async def test_the_push_methods_on_grpc_with_a2a_sdks_messages() -> None:
     assert [config.id for config in listed.configs] == [created.id]
     assert gone.value.code() == grpc.StatusCode.NOT_FOUND
     assert outside.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_missing_field_is_named_with_a_bad_request_and_python_names_are_read() -> None:
+    push = push_door("127.0.0.1:9")
+    async with push.client(CI_TOKEN) as client:
+        held = await call(client, "SendMessage", {"message": message("hold"),
+                                                  "configuration": {"returnImmediately": True}})
+        task_id = held["result"]["task"]["id"]
+        missing = await call(client, "CreateTaskPushNotificationConfig",
+                             {"url": "http://127.0.0.1:9/h"})
+        no_id = await call(client, "GetTaskPushNotificationConfig", {"taskId": task_id})
+        snake = await call(client, "CreateTaskPushNotificationConfig",
+                           {"task_id": task_id, "url": "http://127.0.0.1:9/h", "id": "c"})
+        listed = await call(client, "ListTaskPushNotificationConfigs", {"task_id": task_id})
+        push.agent.release.set()
+    assert missing["error"]["code"] == -32602 and "taskId" in missing["error"]["message"]
+    assert no_id["error"]["code"] == -32602 and "id" in no_id["error"]["message"]
+    assert any(detail.get("@type", "").endswith("BadRequest")
+               for detail in no_id["error"]["data"]), "the field named in a BadRequest"
+    assert snake["result"]["taskId"] == task_id, "Python names are read, as everywhere"
+    assert [config["id"] for config in listed["result"]["configs"]] == ["c"]
