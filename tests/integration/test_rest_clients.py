@@ -419,6 +419,33 @@ JS_STEPS = ["card", "send", "send_immediately", "get", "stream", "list", "subscr
 
 
 @pytest.mark.parametrize("who", WHO)
+async def test_the_js_sdk_jsonrpc_client(node: None, served: ServedDoor, who: str) -> None:
+    """The same scenario over @a2a-js/sdk's JSON-RPC transport: every step, POST / only."""
+    run = await run_js_client(served.url, "full", served.tokens[who], binding=JSONRPC)
+    assert run.returncode == 0, run.stderr
+    assert run.order == JS_STEPS, run.stderr
+    steps = run.steps
+    assert served.tokens[who] not in run.stderr + repr(steps), "the token was echoed"
+    assert steps["card"]["protocol"] == JSONRPC
+    assert steps["send"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert steps["get"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [len(page) for page in steps["list"]["pages"]] == [2, 1]
+    assert steps["subscribe"]["events"][-1]["statusUpdate"]["status"]["state"] == \
+        "TASK_STATE_COMPLETED"
+    assert steps["cancel"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+    assert steps["cancel_again"]["error"]["name"] == "TaskNotCancelableError"
+    assert steps["unknown"]["error"]["name"] == "TaskNotFoundError"
+    if who == "formation":
+        assert "error" in steps["stream"], "no streaming send in a formation token's scopes"
+    else:
+        assert steps["stream"]["events"][-1]["statusUpdate"]["status"]["state"] == \
+            "TASK_STATE_COMPLETED"
+    rest = [hit for hit in served.recorder.hits
+            if hit.path.strip("/") and hit.path != "/.well-known/agent-card.json"]
+    assert rest == [], f"only JSON-RPC (POST /) was used: {rest}"
+
+
+@pytest.mark.parametrize("who", WHO)
 async def test_the_js_sdk_rest_client(node: None, served: ServedDoor, who: str) -> None:
     run = await run_js_client(served.url, "full", served.tokens[who])
     assert run.returncode == 0, run.stderr

@@ -170,13 +170,15 @@ class JsRun:
 
 
 async def run_js_client(url: str, scenario: str, token: str | None,
-                        timeout: float = 30.0, script: Path = JS_REST_CLIENT) -> JsRun:
+                        timeout: float = 30.0, script: Path = JS_REST_CLIENT,
+                        binding: str | None = None) -> JsRun:
     """Run an @a2a-js/sdk client script (node from PATH; the REST one unless ``script``
-    says otherwise) against ``url``. The token goes on its stdin, never on argv or in the
-    environment."""
+    says otherwise) against ``url``, in ``binding`` when the script takes one. The token
+    goes on its stdin, never on argv or in the environment."""
     node = shutil.which("node") or "node"
     process = await asyncio.create_subprocess_exec(
-        node, str(script), url, scenario, cwd=str(JS_AGENT_DIR),
+        node, str(script), url, scenario, *([binding] if binding else []),
+        cwd=str(JS_AGENT_DIR),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     try:

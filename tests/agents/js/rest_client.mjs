@@ -1,7 +1,9 @@
 // An A2A 1.0 client built only on @a2a-js/sdk 1.3.0, over its HTTP+JSON (REST) transport,
 // for the tests to run against a murmur door (tests/integration/test_rest_clients.py).
 //
-//     node rest_client.mjs DOOR_URL SCENARIO      (the bearer token: first line of stdin)
+//     node rest_client.mjs DOOR_URL SCENARIO [BINDING]   (the bearer token: first line of stdin)
+//
+// BINDING: HTTP+JSON (the default) or JSONRPC, the SDK's transport the client speaks.
 //
 // The token is read from stdin only, never from argv or the environment, and is never
 // printed. An empty first line means no token. Each step prints one JSON line on stdout:
@@ -25,6 +27,7 @@ import { SendMessageRequest, StreamResponse, Task } from '@a2a-js/sdk';
 import {
   ClientFactory,
   DefaultAgentCardResolver,
+  JsonRpcTransportFactory,
   RestTransportFactory,
   createAuthenticatingFetchWithRetry,
 } from '@a2a-js/sdk/client';
@@ -78,11 +81,14 @@ function authenticatingFetch(token) {
   });
 }
 
-/** A client that speaks HTTP+JSON only; the card is read with ``cardFetch``. */
+let BINDING = 'HTTP+JSON';
+
+/** A client that speaks BINDING only; the card is read with ``cardFetch``. */
 function restClientFactory(token, cardFetch) {
+  const Transport = BINDING === 'JSONRPC' ? JsonRpcTransportFactory : RestTransportFactory;
   return new ClientFactory({
-    transports: [new RestTransportFactory({ fetchImpl: authenticatingFetch(token) })],
-    preferredTransports: ['HTTP+JSON'],
+    transports: [new Transport({ fetchImpl: authenticatingFetch(token) })],
+    preferredTransports: [BINDING],
     cardResolver: new DefaultAgentCardResolver({ fetchImpl: cardFetch }),
   });
 }
@@ -215,8 +221,9 @@ async function publicCard(url, token) {
 const SCENARIOS = { full, 'public-card': publicCard };
 
 async function main() {
-  const [url, scenario] = process.argv.slice(2);
-  if (!url || !(scenario in SCENARIOS)) {
+  const [url, scenario, binding = 'HTTP+JSON'] = process.argv.slice(2);
+  BINDING = binding;
+  if (!url || !(scenario in SCENARIOS) || !['HTTP+JSON', 'JSONRPC'].includes(binding)) {
     process.stderr.write(`usage: node rest_client.mjs DOOR_URL (${Object.keys(SCENARIOS)
       .join('|')}), the token on stdin\n`);
     return 2;
