@@ -24,7 +24,8 @@ An A2A error is its gRPC status (:mod:`gateway.grpc.status`); any other exceptio
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,63 +84,41 @@ class GrpcBinding:
     async def unary(self, method: GrpcMethod, request: Any, context: Any,
                     admitted: Admitted | None) -> Any:
         """Steps 2-4 for a unary method, then its answer."""
-        if admitted is None:
-            await _abort(context, _UNDECIDED)
-        assert admitted is not None
-        token = EDGE_CALL.set(admitted.edge)
-        try:
-            params = self._open(method, request, admitted)
-            unary, _ = self._methods.handlers(method.name)
-            if unary is None:
-                raise RpcError("UNSUPPORTED_OPERATION", f"{method.name} streams")
-            return from_result(await unary(params, admitted.caller), method.response)
-        except RpcError as error:
-            await _abort(context, rpc_error_status(error))
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            log.exception("gRPC %s failed", method.name)
-            await _abort(context, rpc_error_status(RpcError("INTERNAL_ERROR")))
-        finally:
-            EDGE_CALL.reset(token)
-            if admitted.edge is not None:
-                admitted.edge.released()
-        return None  # not reached: abort raises
+        admitted = await _decided(context, admitted)
+        with _edge_call(admitted):
+            try:
+                params = self._open(method, request, admitted)
+                unary, _ = self._methods.handlers(method.name)
+                if unary is None:
+                    raise RpcError("UNSUPPORTED_OPERATION", f"{method.name} streams")
+                return from_result(await unary(params, admitted.caller), method.response)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+                await _failed(context, method, exc)
+        return None  # not reached: _failed aborts
 
     async def stream(self, method: GrpcMethod, request: Any, context: Any,
                      admitted: Admitted | None) -> AsyncIterator[Any]:
         """Steps 2-4 for a streaming method, its place in the door's stream bounds, then
         each event as a ``StreamResponse``."""
-        if admitted is None:
-            await _abort(context, _UNDECIDED)
-        assert admitted is not None
-        token = EDGE_CALL.set(admitted.edge)
-        try:
-            params = self._open(method, request, admitted)
-            _, streaming = self._methods.handlers(method.name)
-            if streaming is None:
-                raise RpcError("UNSUPPORTED_OPERATION", f"{method.name} does not stream")
-            events, ticket = await self._methods.open_stream(
-                method.name, params, admitted.caller, streaming)
+        admitted = await _decided(context, admitted)
+        with _edge_call(admitted):
             try:
-                async for event in events:
-                    yield from_result(event, method.response)
-            finally:
-                ticket.release()
-                closing = getattr(events, "aclose", None)
-                if closing is not None:
-                    await closing()
-        except RpcError as error:
-            await _abort(context, rpc_error_status(error))
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            log.exception("gRPC %s failed", method.name)
-            await _abort(context, rpc_error_status(RpcError("INTERNAL_ERROR")))
-        finally:
-            EDGE_CALL.reset(token)
-            if admitted.edge is not None:
-                admitted.edge.released()
+                params = self._open(method, request, admitted)
+                _, streaming = self._methods.handlers(method.name)
+                if streaming is None:
+                    raise RpcError("UNSUPPORTED_OPERATION", f"{method.name} does not stream")
+                events, ticket = await self._methods.open_stream(
+                    method.name, params, admitted.caller, streaming)
+                try:
+                    async for event in events:
+                        yield from_result(event, method.response)
+                finally:
+                    ticket.release()
+                    closing = getattr(events, "aclose", None)
+                    if closing is not None:
+                        await closing()
+            except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+                await _failed(context, method, exc)
 
     def _open(self, method: GrpcMethod, request: Any, admitted: Admitted) -> dict[str, Any]:
         """Step 2 (the version), the trace context, then step 4's params."""
@@ -178,6 +157,39 @@ def _serialize(message: Any) -> bytes:
 #: A method reached without the interceptor's decision (a server built without it).
 _UNDECIDED = GrpcStatus(grpc.StatusCode.UNAUTHENTICATED,
                         "This door decides every call before it serves it.", ())
+
+
+async def _decided(context: Any, admitted: Admitted | None) -> Admitted:
+    """The interceptor's decision; a call that has none is refused (fail closed)."""
+    if admitted is None:
+        await _abort(context, _UNDECIDED)
+    assert admitted is not None
+    return admitted
+
+
+@contextmanager
+def _edge_call(admitted: Admitted) -> Iterator[None]:
+    """The call along a bounded edge, left in ``EDGE_CALL`` for the task store while the
+    method runs, and released when it ends (as DoorAuth does on HTTP)."""
+    token = EDGE_CALL.set(admitted.edge)
+    try:
+        yield
+    finally:
+        EDGE_CALL.reset(token)
+        if admitted.edge is not None:
+            admitted.edge.released()
+
+
+async def _failed(context: Any, method: GrpcMethod, exc: Exception) -> None:
+    """An exception as the call's status: an A2A error as its own, an abort as it is,
+    anything else ``INTERNAL`` with no text of it."""
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc
+    if isinstance(exc, RpcError):
+        await _abort(context, rpc_error_status(exc))
+        return
+    log.error("gRPC %s failed", method.name, exc_info=exc)
+    await _abort(context, rpc_error_status(RpcError("INTERNAL_ERROR")))
 
 
 async def _abort(context: Any, status: GrpcStatus) -> None:
