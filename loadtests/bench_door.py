@@ -167,28 +167,15 @@ def door_app(with_auth: bool, agent: Any = None, metrics: bool = True,
     return (door.app if metrics else DoorAuth(door.inner_app, policy)), token
 
 
-def sdk_app(rest: bool = False) -> Any:
-    """An a2a-sdk server with the same trivial agent: JSON-RPC at ``/``, or with ``rest``
-    the SDK's HTTP+JSON routes (``create_rest_routes``: ``/message:send``,
-    ``/tasks/{id}``, ...)."""
+def sdk_handler(card: Any) -> Any:
+    """a2a-sdk's request handler (DefaultRequestHandler, InMemoryTaskStore) over a trivial
+    agent that answers every task with one artifact: what every a2a-sdk row serves."""
     from a2a.helpers.proto_helpers import new_task
     from a2a.server.agent_execution import AgentExecutor, RequestContext
     from a2a.server.events import EventQueue
     from a2a.server.request_handlers import DefaultRequestHandler
-    from a2a.server.routes import (
-        create_agent_card_routes,
-        create_jsonrpc_routes,
-        create_rest_routes,
-    )
     from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-    from a2a.types.a2a_pb2 import (
-        AgentCapabilities,
-        AgentCard,
-        AgentInterface,
-        Part,
-        TaskState,
-    )
-    from starlette.applications import Starlette
+    from a2a.types.a2a_pb2 import Part, TaskState
 
     class Trivial(AgentExecutor):
         async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -205,16 +192,35 @@ def sdk_app(rest: bool = False) -> Any:
         async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
             raise NotImplementedError
 
-    card = AgentCard(
+    return DefaultRequestHandler(agent_executor=Trivial(), task_store=InMemoryTaskStore(),
+                                 agent_card=card)
+
+
+def sdk_card(binding: str, url: str) -> Any:
+    """The card of the a2a-sdk rows, with its one interface."""
+    from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface
+
+    return AgentCard(
         name="bench", description="benchmark", version="1",
-        supported_interfaces=[AgentInterface(url="http://127.0.0.1/",
-                                             protocol_binding="HTTP+JSON" if rest
-                                             else "JSONRPC",
+        supported_interfaces=[AgentInterface(url=url, protocol_binding=binding,
                                              protocol_version="1.0")],
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"], default_output_modes=["text/plain"])
-    handler = DefaultRequestHandler(agent_executor=Trivial(), task_store=InMemoryTaskStore(),
-                                    agent_card=card)
+
+
+def sdk_app(rest: bool = False) -> Any:
+    """An a2a-sdk server with the same trivial agent: JSON-RPC at ``/``, or with ``rest``
+    the SDK's HTTP+JSON routes (``create_rest_routes``: ``/message:send``,
+    ``/tasks/{id}``, ...)."""
+    from a2a.server.routes import (
+        create_agent_card_routes,
+        create_jsonrpc_routes,
+        create_rest_routes,
+    )
+    from starlette.applications import Starlette
+
+    card = sdk_card("HTTP+JSON" if rest else "JSONRPC", "http://127.0.0.1/")
+    handler = sdk_handler(card)
     routes = create_rest_routes(handler) if rest else create_jsonrpc_routes(handler, "/")
     # The card first: the REST routes end with a catch-all ``/{tenant}`` mount.
     return Starlette(routes=[*create_agent_card_routes(card), *routes])

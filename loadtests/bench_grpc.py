@@ -42,6 +42,8 @@ sys.path.insert(0, str(ROOT))
 from loadtests.bench_door import (  # noqa: E402 - after the path it is found on
     cpu_seconds,
     load,
+    sdk_card,
+    sdk_handler,
     wait_ready,
 )
 
@@ -145,44 +147,12 @@ def _door() -> tuple[Any, str]:
 
 
 async def _sdk_grpc_server() -> Any:
+    """a2a-sdk's own gRPC server (``GrpcHandler``) over bench_door's a2a-sdk handler."""
     import grpc
-    from a2a.helpers.proto_helpers import new_task
-    from a2a.server.agent_execution import AgentExecutor, RequestContext
-    from a2a.server.events import EventQueue
-    from a2a.server.request_handlers import DefaultRequestHandler, GrpcHandler
-    from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+    from a2a.server.request_handlers import GrpcHandler
     from a2a.types import a2a_pb2_grpc
-    from a2a.types.a2a_pb2 import (
-        AgentCapabilities,
-        AgentCard,
-        AgentInterface,
-        Part,
-        TaskState,
-    )
 
-    class Trivial(AgentExecutor):
-        async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-            task = context.current_task
-            if task is None:
-                assert context.task_id and context.context_id and context.message
-                task = new_task(context.task_id, context.context_id,
-                                TaskState.TASK_STATE_SUBMITTED, history=[context.message])
-                await event_queue.enqueue_event(task)
-            updater = TaskUpdater(event_queue, task.id, task.context_id)
-            await updater.add_artifact([Part(text="ok")], name="result")
-            await updater.complete()
-
-        async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-            raise NotImplementedError
-
-    card = AgentCard(
-        name="bench", description="benchmark", version="1",
-        supported_interfaces=[AgentInterface(url="127.0.0.1:0", protocol_binding="GRPC",
-                                             protocol_version="1.0")],
-        capabilities=AgentCapabilities(streaming=True),
-        default_input_modes=["text/plain"], default_output_modes=["text/plain"])
-    handler = DefaultRequestHandler(agent_executor=Trivial(), task_store=InMemoryTaskStore(),
-                                    agent_card=card)
+    handler = sdk_handler(sdk_card("GRPC", "127.0.0.1:0"))
     server = grpc.aio.server()
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
     server.port = server.add_insecure_port("127.0.0.1:0")
