@@ -39,10 +39,8 @@ import pytest
 from a2a.client import (
     AuthInterceptor,
     Client,
-    ClientCallContext,
     ClientConfig,
     ClientFactory,
-    CredentialService,
 )
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from a2a.types.a2a_pb2 import (
@@ -65,11 +63,11 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from google.protobuf import json_format
-from google.rpc import error_details_pb2, status_pb2
 
 from tests.support.calls import Formation
 from tests.support.formation import install_capsule, write_capsule, write_roster
 from tests.support.gateway_capsules import sdk_capsule
+from tests.support.grpc_clients import BearerToken, error_info
 from tests.support.member import ROOT, Member, Project
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -227,17 +225,6 @@ def door(request: pytest.FixtureRequest) -> Door:
 # --------------------------------------------------------------------- clients, helpers
 
 
-class OperatorToken(CredentialService):
-    """The door's token for the card's ``bearer`` scheme (for a2a-sdk's AuthInterceptor)."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    async def get_credentials(self, security_scheme_name: str,
-                              context: ClientCallContext | None) -> str | None:
-        return self._token if security_scheme_name == "bearer" else None
-
-
 def loopback_channel(target: str) -> grpc.aio.Channel:
     """An insecure channel that never goes through an HTTP proxy of the environment."""
     return grpc.aio.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)])
@@ -251,7 +238,7 @@ async def grpc_client(door: Door, *, streaming: bool = False) -> AsyncIterator[C
     card = a2a_pb2.AgentCard()
     json_format.ParseDict(door.card, card, ignore_unknown_fields=True)
     client = ClientFactory(config).create(
-        card, interceptors=[AuthInterceptor(OperatorToken(door.token))])
+        card, interceptors=[AuthInterceptor(BearerToken(door.token))])
     try:
         yield client
     finally:
@@ -300,17 +287,6 @@ def metadata(authorization: str | None) -> list[tuple[str, str]]:
     if authorization is not None:
         pairs.append(("authorization", authorization))
     return pairs
-
-
-def error_info(error: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
-    """The ErrorInfo in the call's ``grpc-status-details-bin`` trailer."""
-    for key, value in error.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            info = error_details_pb2.ErrorInfo()
-            assert status.details[0].Unpack(info)
-            return info
-    raise AssertionError(f"no status details: {error.code()}")
 
 
 def jsonrpc(door: Door, method: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -23,10 +23,8 @@ import pytest
 from a2a.client import (
     AuthInterceptor,
     Client,
-    ClientCallContext,
     ClientConfig,
     ClientFactory,
-    CredentialService,
 )
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from a2a.types.a2a_pb2 import (
@@ -43,11 +41,11 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
-from google.rpc import error_details_pb2, status_pb2
 
 from gateway.auth.edge_limits import DoorBounds, EdgeLimits
 from gateway.caller import PUSH_METHODS
 from tests.support.auth import CI_TOKEN, mint
+from tests.support.grpc_clients import BearerToken, error_info
 from tests.support.rest_clients import CALLEE, PEER, WHO, ServedDoor, served_door
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,15 +53,6 @@ pytestmark = pytest.mark.timeout(60)
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 VERSION = ("a2a-version", "1.0")
 EXPECTED_ARTIFACTS = [["part one ", "part two"], ["echo: hello"]]
-
-
-class SchemeTokens(CredentialService):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    async def get_credentials(self, security_scheme_name: str,
-                              context: ClientCallContext | None) -> str | None:
-        return self._token if security_scheme_name == "bearer" else None
 
 
 @pytest.fixture
@@ -82,7 +71,7 @@ async def grpc_client(served: ServedDoor, who: str, *,
     card = a2a_pb2.AgentCard()
     json_format.ParseDict(served.door.card, card, ignore_unknown_fields=True)
     client = ClientFactory(config).create(
-        card, interceptors=[AuthInterceptor(SchemeTokens(served.tokens[who]))])
+        card, interceptors=[AuthInterceptor(BearerToken(served.tokens[who]))])
     try:
         yield client
     finally:
@@ -110,17 +99,6 @@ def metadata(token: str | None) -> list[tuple[str, str]]:
     if token is not None:
         pairs.append(("authorization", f"Bearer {token}"))
     return pairs
-
-
-def error_info(error: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
-    """The ErrorInfo in the call's ``grpc-status-details-bin`` trailer."""
-    for key, value in error.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            info = error_details_pb2.ErrorInfo()
-            assert status.details[0].Unpack(info)
-            return info
-    raise AssertionError(f"no status details: {error!r}")
 
 
 # --------------------------------------------------------------------- 1. a2a-sdk over gRPC
