@@ -93,7 +93,8 @@ _EXPORTS: dict[str, str] = {
     "UpstreamClient": "gateway.relay.client",
     "fetch_card": "gateway.relay.client",
     "new_session": "gateway.relay.client",
-    "upstream_interface": "gateway.relay.client",
+    "UpstreamInterface": "gateway.relay.interfaces",
+    "upstream_interface": "gateway.relay.interfaces",
     "RestFraming": "gateway.relay.rest_framing",
     "build_gateway_door": "gateway.relay.tasks",
     "event_data": "gateway.sse",
@@ -160,6 +161,7 @@ __all__ = [
     "TraceRecord",
     "UpstreamCardError",
     "UpstreamClient",
+    "UpstreamInterface",
     "VERSION_HEADER",
     "aevent_data",
     "answer_text",
@@ -267,8 +269,8 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
         UpstreamClient,
         fetch_card,
         new_session,
-        upstream_interface,
     )
+    from gateway.relay.interfaces import UpstreamInterface, upstream_interface
     from gateway.relay.rest_framing import RestFraming
     from gateway.relay.tasks import build_gateway_door
     from gateway.sse import event_data

@@ -13,7 +13,9 @@ raises on purpose with one ``except``, and the tree (as httpx draws its own):
     │   └── UpstreamError ........... relay.client: a gateway member's upstream's own
     │                                 JSON-RPC error, passed through as it came
     ├── UpstreamCardError ........... relay.client: an upstream's card no door can stand
-    │                                 in front of (no JSONRPC 1.0 interface, no card)
+    │                                 in front of (no interface the door speaks, no card)
+    ├── V03AnswerError .............. a2a.v03: an A2A 0.3 upstream's answer that is not
+    │                                 0.3 (also a ValueError; the relay makes it -32603)
     ├── RequestError ................ a2a.jsonrpc: a request that cannot be served, with
     │                                 its id
     ├── TaskEndedError .............. door.tasks: an agent reported on a task that has

@@ -312,6 +312,8 @@ def merged_card(upstream: dict[str, Any], info: CardInfo, *,
         if key in ("skills", "defaultInputModes", "defaultOutputModes"):
             if not isinstance(value, list):
                 continue
+            if key == "skills":
+                value = [_skill_of_1_0(skill) for skill in value]
         elif key == "provider":
             if not isinstance(value, dict):
                 continue
@@ -322,3 +324,11 @@ def merged_card(upstream: dict[str, Any], info: CardInfo, *,
     streaming = capabilities.get("streaming") if isinstance(capabilities, dict) else None
     card["capabilities"] = {**card["capabilities"], "streaming": streaming is True}
     return card
+
+
+def _skill_of_1_0(skill: Any) -> Any:
+    """A skill without an A2A 0.3 card's ``security`` (1.0 has ``securityRequirements``;
+    either names the upstream's schemes, which the door's card does not have)."""
+    if isinstance(skill, dict) and "security" in skill:
+        return {key: value for key, value in skill.items() if key != "security"}
+    return skill

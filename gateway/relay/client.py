@@ -1,13 +1,14 @@
 """The door's side of a gateway member's upstream: the A2A server the door stands in
 front of (docs/gateway.md), spoken to over HTTP. In this order:
 
-1. the card: :func:`fetch_card` reads it at ``card_path`` and :func:`upstream_interface`
-   finds its JSON-RPC 1.0 interface (or else its HTTP+JSON 1.0 one) on it, or refuses
-   with :class:`UpstreamCardError` naming what the card offers instead;
+1. the card: :func:`fetch_card` reads it at ``card_path`` (and
+   ``gateway.relay.interfaces.upstream_interface`` finds the interface to speak to on it,
+   or refuses with :class:`UpstreamCardError` naming what the card offers instead);
 2. the client, :class:`UpstreamClient`: one aiohttp session (measured at a fraction of
    httpx's CPU per request, ``loadtests/bench_proxy.py``), requests framed for the
-   upstream's binding (:class:`JsonRpcFraming`, with the door's own request ids, or
-   ``gateway.relay.rest_framing.RestFraming``), ``A2A-Version: 1.0`` and the manifest's
+   upstream's interface (:class:`JsonRpcFraming`, with the door's own request ids,
+   ``gateway.relay.rest_framing.RestFraming`` or ``gateway.relay.v03_framing.V03Framing``),
+   the framing's ``A2A-Version`` and the manifest's
    headers and nothing of the caller's; :meth:`UpstreamClient.call` for a unary answer,
    :meth:`UpstreamClient.stream` for Server-Sent Events read as they arrive;
 3. failures: an upstream's own JSON-RPC error is raised as :class:`UpstreamError` and
@@ -24,13 +25,12 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
 from gateway.a2a.jsonrpc import STRICT_JSON, RpcError, dumps
 from gateway.errors import GatewayError
-from gateway.protocol import A2A_VERSION, HTTP_JSON_BINDING, JSONRPC_BINDING, VERSION_HEADER
+from gateway.protocol import A2A_VERSION, VERSION_HEADER
 from gateway.sse import byte_events
 
 #: The most a single answer or Server-Sent Event of the upstream may hold; past it the
@@ -38,10 +38,6 @@ from gateway.sse import byte_events
 MAX_UPSTREAM_BYTES: Final = 16 * 1024 * 1024
 CONNECT_SECONDS: Final = 10.0
 CARD_SECONDS: Final = 5.0
-#: Hosts a card names when its server does not know where it is reached.
-#: The bindings a door speaks to an upstream in, the one it prefers first.
-_BINDINGS: Final = (JSONRPC_BINDING, HTTP_JSON_BINDING)
-_LOCAL_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})  # noqa: S104
 
 
 class UpstreamCardError(GatewayError):
@@ -73,49 +69,7 @@ def not_answered(member: str, what: str) -> RpcError:
 
 
 # --------------------------------------------------------------------------------------
-# 1. The card
-
-
-def upstream_interface(card: Mapping[str, Any], card_url: str) -> tuple[str, str]:
-    """The binding and URL the door speaks to its upstream in: the card's JSON-RPC
-    interface for A2A 1.0, else its HTTP+JSON one. The URL is taken on the origin the
-    card was read from when the card names a loopback or wildcard host (``localhost``,
-    ``127.0.0.1``, ``0.0.0.0``): such a card was written by a server that does not know
-    the address it is reached at (a port picked by the runtime, a container's name)."""
-    interfaces = card.get("supportedInterfaces")
-    offered: list[str] = []
-    found: dict[str, str] = {}
-    if isinstance(interfaces, list):
-        for entry in interfaces:
-            if not isinstance(entry, dict):
-                continue
-            binding, version = entry.get("protocolBinding"), entry.get("protocolVersion")
-            offered.append(f"{binding} {version}")
-            url = entry.get("url")
-            if binding in _BINDINGS and str(version) == A2A_VERSION and \
-                    isinstance(url, str) and url.startswith(("http://", "https://")):
-                found.setdefault(binding, _on_card_origin(url, card_url))
-    for binding in _BINDINGS:
-        if binding in found:
-            return binding, found[binding]
-    what = ", ".join(offered) if offered else "no supportedInterfaces"
-    raise UpstreamCardError(
-        f"the agent card at {card_url} offers {what}; a gateway member needs an interface "
-        f"with protocolBinding {JSONRPC_BINDING} or {HTTP_JSON_BINDING} and protocolVersion "
-        f"{A2A_VERSION} (serve A2A 1.0, as a2a-sdk 1.x and @a2a-js/sdk 1.x do)")
-
-
-def interface_url(card: Mapping[str, Any], card_url: str) -> str:
-    """The URL of :func:`upstream_interface`."""
-    return upstream_interface(card, card_url)[1]
-
-
-def _on_card_origin(url: str, card_url: str) -> str:
-    parts = urlsplit(url)
-    if (parts.hostname or "").lower() not in _LOCAL_NAMES:
-        return url
-    origin = urlsplit(card_url)
-    return urlunsplit((origin.scheme, origin.netloc, parts.path or "/", parts.query, ""))
+# 1. The card (its interfaces: gateway.relay.interfaces)
 
 
 async def fetch_card(session: aiohttp.ClientSession, card_url: str,
@@ -144,23 +98,30 @@ async def fetch_card(session: aiohttp.ClientSession, card_url: str,
 
 
 class UpstreamFraming(Protocol):
-    """How requests to the upstream are written and its answers read, for the binding its
-    card offers: :class:`JsonRpcFraming` here, ``gateway.relay.rest_framing.RestFraming``."""
+    """How requests to the upstream are written and its answers read, for the interface
+    its card offers: :class:`JsonRpcFraming` here, ``gateway.relay.rest_framing.RestFraming``,
+    ``gateway.relay.v03_framing.V03Framing``. ``version``: the ``A2A-Version`` sent."""
+
+    version: str
 
     def request(self, method: str, params: Mapping[str, Any]) -> tuple[str, str, bytes | None]:
         """The verb, URL and body of a request for ``method``."""
 
-    def answer(self, status: int, body: bytes, member: str) -> Any:
-        """The result of a whole answer; :class:`UpstreamError` for the upstream's own
-        error, :func:`not_answered` for anything that is not an answer."""
+    def answer(self, status: int, body: bytes, member: str, method: str,
+               params: Mapping[str, Any]) -> Any:
+        """The result of a whole answer to ``method`` with ``params``;
+        :class:`UpstreamError` for the upstream's own error, :func:`not_answered` for
+        anything that is not an answer."""
 
-    def event(self, data: bytes, member: str) -> Any:
+    def event(self, data: bytes, member: str, method: str, params: Mapping[str, Any]) -> Any:
         """The result of one Server-Sent Event's data (or the error it carries)."""
 
 
 class JsonRpcFraming:
-    """A2A over JSON-RPC: every request a ``POST`` to the interface URL, with the door's
-    own request ids."""
+    """A2A 1.0 over JSON-RPC: every request a ``POST`` to the interface URL, with the
+    door's own request ids."""
+
+    version = A2A_VERSION
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -171,23 +132,28 @@ class JsonRpcFraming:
                       "params": params})
         return "POST", self.url, body
 
-    def answer(self, status: int, body: bytes, member: str) -> Any:
+    def answer(self, status: int, body: bytes, member: str, method: str,
+               params: Mapping[str, Any]) -> Any:
         if status != 200:
             raise not_answered(member, f"answered HTTP {status}")
-        return self.event(body, member)
+        return jsonrpc_result(body, member)
 
-    def event(self, data: bytes, member: str) -> Any:
-        """The ``result`` of one JSON-RPC response, or the error it carries."""
-        value = read_json(data)
-        if not isinstance(value, dict):
-            raise not_answered(member, "sent something that is not JSON-RPC")
-        error = value.get("error")
-        if isinstance(error, dict) and type(error.get("code")) is int and \
-                isinstance(error.get("message"), str):
-            raise UpstreamError(error)
-        if "result" not in value:
-            raise not_answered(member, "sent a JSON-RPC answer with no result")
-        return value["result"]
+    def event(self, data: bytes, member: str, method: str, params: Mapping[str, Any]) -> Any:
+        return jsonrpc_result(data, member)
+
+
+def jsonrpc_result(data: bytes, member: str) -> Any:
+    """The ``result`` of one JSON-RPC response, or the error it carries."""
+    value = read_json(data)
+    if not isinstance(value, dict):
+        raise not_answered(member, "sent something that is not JSON-RPC")
+    error = value.get("error")
+    if isinstance(error, dict) and type(error.get("code")) is int and \
+            isinstance(error.get("message"), str):
+        raise UpstreamError(error)
+    if "result" not in value:
+        raise not_answered(member, "sent a JSON-RPC answer with no result")
+    return value["result"]
 
 
 def read_json(body: bytes) -> Any:
@@ -213,7 +179,7 @@ class UpstreamClient:
         self.member = member
         self._framing = framing if framing is not None else JsonRpcFraming(url)
         self._headers = {**headers, "Content-Type": "application/json",
-                         VERSION_HEADER: A2A_VERSION}
+                         VERSION_HEADER: self._framing.version}
         self._stream_headers = {**self._headers, "Accept": "text/event-stream"}
         self._limit = limit
         self._stream_limit = stream_limit
@@ -259,7 +225,7 @@ class UpstreamClient:
                 answer = await response.content.read(MAX_UPSTREAM_BYTES + 1)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise not_answered(self.member, _failure(exc)) from None
-        return self._framing.answer(status, answer, self.member)
+        return self._framing.answer(status, answer, self.member, method, params)
 
     async def stream(self, method: str, params: Mapping[str, Any], *,
                      trace_parent: bytes | None = None) -> AsyncIterator[Any]:
@@ -281,13 +247,15 @@ class UpstreamClient:
                 raise not_answered(self.member, _failure(exc)) from None
             finally:
                 response.release()
-            return _single(self._framing.answer(response.status, answer, self.member))
-        return self._events(response)
+            return _single(self._framing.answer(response.status, answer, self.member,
+                                                method, params))
+        return self._events(response, method, params)
 
-    async def _events(self, response: aiohttp.ClientResponse) -> AsyncIterator[Any]:
+    async def _events(self, response: aiohttp.ClientResponse, method: str,
+                      params: Mapping[str, Any]) -> AsyncIterator[Any]:
         try:
             async for data in _sse_data(response.content, self.member):
-                yield self._framing.event(data, self.member)
+                yield self._framing.event(data, self.member, method, params)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise not_answered(self.member, _failure(exc)) from None
         finally:

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from gateway.a2a.jsonrpc import ERROR_BY_REASON, ERROR_INFO_TYPE, dumps
+from gateway.protocol import A2A_VERSION
 from gateway.relay.client import UpstreamError, not_answered, read_json
 
 #: The methods the relay forwards, by verb and path (``{id}``: the task id).
@@ -33,7 +34,9 @@ _QUERY_PARAMS = ("historyLength",)
 
 
 class RestFraming:
-    """A2A over HTTP+JSON to the interface URL ``url``."""
+    """A2A 1.0 over HTTP+JSON to the interface URL ``url``."""
+
+    version = A2A_VERSION
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
@@ -50,7 +53,8 @@ class RestFraming:
             return verb, self.url + path + ("?" + urlencode(query) if query else ""), None
         return verb, self.url + path, dumps(dict(params))
 
-    def answer(self, status: int, body: bytes, member: str) -> Any:
+    def answer(self, status: int, body: bytes, member: str, method: str,
+               params: Mapping[str, Any]) -> Any:
         value = read_json(body)
         if status == 200:
             if value is None:
@@ -58,7 +62,7 @@ class RestFraming:
             return value
         raise _status_error(value) or not_answered(member, f"answered HTTP {status}")
 
-    def event(self, data: bytes, member: str) -> Any:
+    def event(self, data: bytes, member: str, method: str, params: Mapping[str, Any]) -> Any:
         value = read_json(data)
         if not isinstance(value, dict):
             raise not_answered(member, "sent an event that is not JSON")

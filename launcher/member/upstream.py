@@ -33,16 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.protocol import HTTP_JSON_BINDING, PEERS_ENV
+from gateway.protocol import PEERS_ENV
 from gateway.proxy.egress import peers_environ
 from gateway.relay.client import (
     UpstreamCardError,
     UpstreamClient,
     fetch_card,
     new_session,
-    upstream_interface,
 )
-from gateway.relay.rest_framing import RestFraming
+from gateway.relay.interfaces import upstream_interface
 from launcher.admission.manifest import A2aAgent, UpstreamHeaderError
 from launcher.diagnostics import Diagnostic, DiagnosticError
 from launcher.member.outcome import (
@@ -202,13 +201,12 @@ class Upstream:
         finally:
             await session.close()
         try:
-            binding, self.rpc_url = upstream_interface(card, self.card_url)
+            interface = upstream_interface(card, self.card_url)
         except UpstreamCardError as exc:
             raise DiagnosticError(_not_ready(self.spec, str(exc), _CARD_FIX)) from None
-        self.card = card
-        framing = RestFraming(self.rpc_url) if binding == HTTP_JSON_BINDING else None
-        return UpstreamClient(self.rpc_url, member=self.spec.member, headers=self.headers,
-                              framing=framing)
+        self.card, self.rpc_url = card, interface.url
+        return UpstreamClient(interface.url, member=self.spec.member, headers=self.headers,
+                              framing=interface.framing())
 
     def _check_alive(self) -> None:
         process = self.process
@@ -245,7 +243,8 @@ class Upstream:
                 await asyncio.wait_for(process.wait(), grace)
 
 
-_CARD_FIX = ("serve an A2A 1.0 agent card with a JSONRPC or HTTP+JSON interface at "
+_CARD_FIX = ("serve an A2A agent card (1.0 with a JSONRPC or HTTP+JSON interface, or 0.3 with "
+             "a JSONRPC url) at "
              "`agent.a2a.card_path` (default /.well-known/agent-card.json)")
 
 

@@ -27,7 +27,7 @@ import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -54,6 +54,8 @@ from a2a.types.a2a_pb2 import (
     TaskStatus,
 )
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from gateway.auth.credentials import OperatorToken
 from gateway.auth.door_auth import AuthPolicy
@@ -61,8 +63,8 @@ from gateway.auth.tokens import FormationKey, FormationVerifier
 from gateway.door.app import Door, DoorSettings
 from gateway.door.card import CardInfo
 from gateway.door.tasks import GateConfig
-from gateway.relay.client import UpstreamClient, fetch_card, new_session, upstream_interface
-from gateway.relay.rest_framing import RestFraming
+from gateway.relay.client import UpstreamClient, fetch_card, new_session
+from gateway.relay.interfaces import UpstreamInterface, upstream_interface
 from gateway.relay.tasks import RelayTasks, build_gateway_door
 from gateway.trace.bus import TraceBus
 from tests.support.door import A2A_HEADERS, BASE_URL, card_info
@@ -77,6 +79,8 @@ UPSTREAM_DESCRIPTION = "A third-party a2a-sdk agent behind the relay (tests)."
 UPSTREAM_VERSION = "3.1.4"
 UPSTREAM_PROVIDER = {"organization": "relay tests", "url": "https://example.invalid/relay"}
 UPSTREAM_SKILL_ID = "scripted"
+#: The ``binding`` of :func:`running_upstream` that serves A2A 0.3 (JSON-RPC) only.
+V03 = "JSONRPC 0.3"
 
 
 # --------------------------------------------------------------------- behaviours
@@ -273,11 +277,36 @@ def _rpc_of(body: bytes) -> tuple[str | None, Any, Any]:
 # --------------------------------------------------------------------- app and server
 
 
+def v03_card(port: int) -> dict[str, Any]:
+    """The upstream's card as an A2A 0.3 server writes one: a top-level ``url`` and
+    ``preferredTransport``, ``protocolVersion`` 0.3.0, and no ``supportedInterfaces``."""
+    return {"protocolVersion": "0.3.0", "name": UPSTREAM_NAME,
+            "description": UPSTREAM_DESCRIPTION, "version": UPSTREAM_VERSION,
+            "url": f"http://127.0.0.1:{port}{RPC_PATH}", "preferredTransport": "JSONRPC",
+            "provider": UPSTREAM_PROVIDER,
+            "capabilities": {"streaming": True, "pushNotifications": True},
+            "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": UPSTREAM_SKILL_ID, "name": "Scripted replies",
+                        "description": "Answers by the prefix of the first message.",
+                        "tags": ["test"], "security": [{"upstream-key": []}]}]}
+
+
 def build_app(port: int, binding: str = "JSONRPC") -> Recorder:
-    """The SDK's server speaking one binding only: its JSON-RPC routes, or its REST ones."""
-    card = agent_card(port, binding)
+    """The SDK's server speaking one binding only: its JSON-RPC routes, its REST ones, or
+    (``binding`` :data:`V03`) A2A 0.3 JSON-RPC behind a 0.3 card (a2a-sdk's own 0.3
+    compatibility; the recorder shows the 0.3 method names the door sent)."""
+    card = agent_card(port, "JSONRPC" if binding == V03 else binding)
     handler = DefaultRequestHandler(agent_executor=ScriptedExecutor(),
                                     task_store=InMemoryTaskStore(), agent_card=card)
+    if binding == V03:
+        legacy = v03_card(port)
+
+        async def card_route(_: Any) -> JSONResponse:
+            return JSONResponse(legacy)
+
+        return Recorder(Starlette(routes=[
+            Route(CARD_PATH, card_route),
+            *create_jsonrpc_routes(handler, rpc_url=RPC_PATH, enable_v0_3_compat=True)]))
     served = (create_jsonrpc_routes(handler, rpc_url=RPC_PATH) if binding == "JSONRPC"
               else create_rest_routes(handler))
     return Recorder(Starlette(routes=create_agent_card_routes(card) + served))
@@ -386,16 +415,15 @@ def formation_policy(key: FormationKey, operator: OperatorToken) -> AuthPolicy:
                       member="coder", accept_peer_tasks=True)
 
 
-async def upstream_card(upstream_url: str) -> tuple[dict[str, Any], str, str]:
-    """The upstream's card as the runtime reads it, and the binding and URL it speaks."""
+async def upstream_card(upstream_url: str) -> tuple[dict[str, Any], UpstreamInterface]:
+    """The upstream's card as the runtime reads it, and the interface it speaks."""
     card_url = upstream_url + CARD_PATH
     session = new_session()
     try:
         card = await fetch_card(session, card_url, {})
     finally:
         await session.close()
-    binding, url = upstream_interface(card, card_url)
-    return card, binding, url
+    return card, upstream_interface(card, card_url)
 
 
 async def gateway_formation(upstream_url: str, recorder: Recorder, *,
@@ -406,15 +434,16 @@ async def gateway_formation(upstream_url: str, recorder: Recorder, *,
     relay to that address instead of the card's, e.g. one nothing listens on;
     ``door_card``: the door's own card info, else the usual). The caller closes it with ``await
     formation.door.aclose()``."""
-    card, binding, card_rpc_url = await upstream_card(upstream_url)
+    card, interface = await upstream_card(upstream_url)
     key, operator = FormationKey.generate(), OperatorToken.generate()
     policy = formation_policy(key, operator)
     records: list[dict[str, Any]] = []
     trace = TraceBus()
     trace.add_sink(records.append)
-    url = rpc_url or card_rpc_url
-    client = UpstreamClient(url, member="coder", headers=MANIFEST_HEADERS,
-                            framing=RestFraming(url) if binding == "HTTP+JSON" else None)
+    if rpc_url is not None:
+        interface = replace(interface, url=rpc_url)
+    client = UpstreamClient(interface.url, member="coder", headers=MANIFEST_HEADERS,
+                            framing=interface.framing())
     settings = DoorSettings(card=door_card or card_info(),
                             gate=gate or GateConfig(concurrency=8, queue_depth=0))
     door = build_gateway_door(client, card, settings, policy=policy, trace=trace)

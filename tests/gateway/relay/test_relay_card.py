@@ -29,7 +29,7 @@ async def served_card() -> tuple[dict[str, Any], dict[str, Any]]:
         formation.door.set_url(DOOR_URL)
         response = await operator.get("/.well-known/agent-card.json")
         assert response.status_code == 200, response.text
-        upstream, _, _ = await upstream_card(formation.upstream_url)
+        upstream, _ = await upstream_card(formation.upstream_url)
     card: dict[str, Any] = response.json()
     return card, upstream
 

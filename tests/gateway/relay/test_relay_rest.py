@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from gateway.a2a.jsonrpc import ERROR_INFO_TYPE
-from gateway.relay.client import UpstreamCardError, upstream_interface
+from gateway.relay.client import UpstreamCardError
+from gateway.relay.interfaces import UpstreamInterface, upstream_interface
 from gateway.relay.rest_framing import RestFraming
 from tests.support.door import send_params
 from tests.support.upstream import gateway_member
@@ -138,9 +139,11 @@ def test_json_rpc_is_preferred_and_http_json_taken_when_alone() -> None:
         {"url": "http://127.0.0.1:9/rpc", "protocolBinding": "JSONRPC",
          "protocolVersion": "1.0"}]}
     card_url = "http://127.0.0.1:9/.well-known/agent-card.json"
-    assert upstream_interface(both, card_url) == ("JSONRPC", "http://127.0.0.1:9/rpc")
+    assert upstream_interface(both, card_url) == UpstreamInterface(
+        "JSONRPC", "1.0", "http://127.0.0.1:9/rpc")
     rest_only = {"supportedInterfaces": both["supportedInterfaces"][:1]}
-    assert upstream_interface(rest_only, card_url) == ("HTTP+JSON", "http://127.0.0.1:9/rest")
+    assert upstream_interface(rest_only, card_url) == UpstreamInterface(
+        "HTTP+JSON", "1.0", "http://127.0.0.1:9/rest")
     with pytest.raises(UpstreamCardError, match="JSONRPC or HTTP\\+JSON"):
         upstream_interface({"supportedInterfaces": [
             {"url": "http://x", "protocolBinding": "GRPC", "protocolVersion": "1.0"}]}, card_url)
@@ -162,10 +165,10 @@ def test_rest_framing_reads_only_a_status_with_a_known_reason_as_the_upstreams_e
     status = {"error": {"code": 404, "message": "gone", "details": [
         {"@type": ERROR_INFO_TYPE, "reason": "TASK_NOT_FOUND", "domain": "a2a-protocol.org"}]}}
     with pytest.raises(Exception) as known:
-        framing.answer(404, json.dumps(status).encode(), "coder")
+        framing.answer(404, json.dumps(status).encode(), "coder", "GetTask", {})
     assert getattr(known.value, "code", None) == -32001
     with pytest.raises(Exception) as bare:
-        framing.answer(404, b"<html>not found</html>", "coder")
+        framing.answer(404, b"<html>not found</html>", "coder", "GetTask", {})
     assert getattr(bare.value, "code", None) == -32603
     assert "127.0.0.1" not in str(bare.value) and "coder" in str(bare.value)
 
