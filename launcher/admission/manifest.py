@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 from launcher.admission.a2a_agent import A2aAgent, UpstreamHeaderError
 from launcher.admission.manifest_fields import (
     TASK_SCOPES,
+    AbsolutePath,
     Algorithm,
     Duration,
     EnvName,
@@ -142,6 +143,16 @@ class Agent(Strict):
             return "model"
         return "command" if self.command is not None else "a2a"
 
+    def programs(self) -> tuple[str, ...]:
+        """The programs the agent process starts (``argv[0]`` of ``command`` and of a
+        model's tools), whose environments its sandbox grants (docs/isolation.md); a
+        gateway upstream's is the runtime's to find."""
+        found = [self.command[0]] if self.command else []
+        for tool in self.model.tools if self.model is not None else ():
+            found.append(tool.mcp[0] if tool.mcp else tool.command.argv[0]
+                         if tool.command is not None else "")
+        return tuple(program for program in found if program)
+
     @property
     def runs_turns(self) -> bool:
         """Whether the runtime runs the agent's turns in its agent process (``python``
@@ -250,10 +261,18 @@ class EnvGrant(Strict):
     allow: list[EnvName] = Field(default_factory=list)
 
 
+class FilesystemGrant(Strict):
+    read: list[AbsolutePath] = Field(
+        default_factory=list, description="folders and files the confined agent (and a "
+        "gateway upstream) may also read and execute, never write: a model, a framework "
+        "installed elsewhere (docs/isolation.md)")
+
+
 class Capabilities(Strict):
     network: NetworkGrant = Field(default_factory=NetworkGrant)
     spawn: SpawnGrant = Field(default_factory=SpawnGrant)
     env: EnvGrant = Field(default_factory=EnvGrant)
+    filesystem: FilesystemGrant = Field(default_factory=FilesystemGrant)
 
 
 class Lifecycle(Strict):

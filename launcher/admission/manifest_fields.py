@@ -150,6 +150,15 @@ def _relative_file(value: str) -> str:
                    value)
 
 
+def _absolute_path(value: str) -> str:
+    path = PurePosixPath(value)
+    bad = (not value.strip() or not path.is_absolute() or ".." in path.parts or "\x00" in value
+           or path == PurePosixPath("/"))
+    return checked(f"must be an absolute path below `/`, and `{value}` is not" if bad else None,
+                   "give the folder or file the agent reads, such as `/opt/models` or "
+                   "`/srv/venvs/adk`", value)
+
+
 def _python_entry(value: str) -> str:
     ok = _PYTHON_ENTRY.fullmatch(value) and not any(
         keyword.iskeyword(part) for part in re.split(r"[.:]", value))
@@ -188,6 +197,7 @@ Requirement = Annotated[str, AfterValidator(_requirement)]
 MediaType = Annotated[str, AfterValidator(_media_type)]
 NonBlank = Annotated[str, AfterValidator(_non_blank)]
 RelativeFile = Annotated[str, AfterValidator(_relative_file)]
+AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
 Algorithm = Annotated[str, AfterValidator(_algorithm)]
 PythonEntry = Annotated[str, AfterValidator(_python_entry)]
 ManifestVersion = Annotated[int, AfterValidator(_first_version)]

@@ -177,6 +177,13 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "capabilities.env.allow": ("The variables of `mur run`'s environment the agent sees "
                                "(`task.env`); nothing else of the runtime's.",
                                "[OPENAI_API_KEY]"),
+    "capabilities.filesystem": ("Paths the confined agent may also read (docs/isolation.md).",
+                                "{read: [/srv/models]}"),
+    "capabilities.filesystem.read": ("Absolute folders or files the agent (and a gateway "
+                                     "upstream) may read and execute, never write: a model, "
+                                     "data, a framework installed elsewhere. The program a "
+                                     "command runs and its virtual environment are granted "
+                                     "without it.", "[/srv/models]"),
     "lifecycle": ("How the member takes tasks and when it ends.",
                   "{concurrency: 1, queue_depth: 2}"),
     "lifecycle.task_acceptance": ("`queue`: take tasks until stopped; `single`: one task, "

@@ -2,8 +2,11 @@
 gateway member's upstream), docs/isolation.md.
 
 In this order: the paths every agent reads (the Python in use, its packages, system
-libraries and programs, ``/etc``, a few devices), the member's own paths (its capsule,
-read; its session's ``home/``, ``tmp/``, ``out/`` and its work folder, read and write),
+libraries and programs, ``/etc``, a few devices), what the command's program runs from
+(``launcher/sandbox/program_paths.py``: a framework's virtual environment and the Python
+it was made with) and ``capabilities.filesystem.read``, the member's own paths (its
+capsule, read; its session's ``home/``, ``tmp/``, ``out/`` and its work folder, read and
+write),
 then the ports (connect: the member's forward proxy; bind: a gateway upstream's own),
 then whether the seccomp socket filter goes on too (``launcher/sandbox/seccomp.py``).
 A path that holds ``MURMUR_HOME`` is never granted (granting it would grant every
@@ -59,8 +62,9 @@ def python_paths() -> tuple[str, ...]:
 
 def agent_plan(*, home: Path, capsule_dir: Path, session_dirs: Iterable[Path],
                workdir: Path, proxy_port: int, bind_ports: Iterable[int] = (),
-               seccomp: bool = False) -> AgentPlan:
-    """The plan of one member's agent process (see the module docstring)."""
+               seccomp: bool = False, also_read: Iterable[str] = ()) -> AgentPlan:
+    """The plan of one member's agent process (see the module docstring); ``also_read``:
+    the program's environment and ``capabilities.filesystem.read`` (read and execute)."""
     murmur_home = os.path.realpath(home)
     withheld: list[str] = []
 
@@ -73,7 +77,7 @@ def agent_plan(*, home: Path, capsule_dir: Path, session_dirs: Iterable[Path],
                 kept.append(path)
         return tuple(kept)
 
-    read = grantable([*SYSTEM_READ, *python_paths()])
+    read = grantable([*SYSTEM_READ, *python_paths(), *also_read])
     # The member's own: granted even under MURMUR_HOME (they are its own session's).
     own_read = (os.path.realpath(capsule_dir),)
     own_write = tuple(os.path.realpath(path) for path in session_dirs)

@@ -261,20 +261,32 @@ class AgentSide:
                             task_trust=tasks.trusts.get)
 
     def _confinement(self, records: SessionRecords, proxy_port: int,
-                     bind_ports: tuple[int, ...] = ()) -> AgentPlan | None:
+                     bind_ports: tuple[int, ...] = (), *,
+                     programs: tuple[str, ...] = (), path: str | None = None
+                     ) -> AgentPlan | None:
         """What agent code may touch (docs/isolation.md); None with ``--isolation off``.
-        On a host without Landlock or seccomp the agent side applies what there is
-        (``auto`` warned of the rest; ``required`` refused)."""
+        ``programs``: the commands' programs (``argv[0]``, found on ``path``), whose
+        environments are read and execute too. On a host without Landlock or seccomp the
+        agent side applies what there is (``auto`` warned of the rest; ``required``
+        refused)."""
         if self.session.options.isolation == OFF:
             return None
         from launcher.home.paths import murmur_home
         from launcher.member.confinement import agent_plan
+        from launcher.sandbox.program_paths import program_environment, resolve_program
         from launcher.sandbox.seccomp import seccomp_support
 
-        return agent_plan(home=murmur_home(), capsule_dir=records.dir / "capsule",
+        capsule_dir = records.dir / "capsule"
+        also_read = list(self.session.manifest.capabilities.filesystem.read)
+        for program in programs:
+            found = resolve_program(program, cwd=capsule_dir, path=path)
+            if found is not None:
+                also_read += program_environment(found, path=path)
+        return agent_plan(home=murmur_home(), capsule_dir=capsule_dir,
                           session_dirs=(records.home, records.tmp, records.out),
                           workdir=records.workdir, proxy_port=proxy_port,
-                          bind_ports=bind_ports, seccomp=seccomp_support().available)
+                          bind_ports=bind_ports, seccomp=seccomp_support().available,
+                          also_read=also_read)
 
     def _agent_cgroup(self) -> AgentCgroup | None:
         """The agent side's cgroup, made once, where this runtime owns its processes and
@@ -296,7 +308,8 @@ class AgentSide:
             manifest, place=place, env=env if python else slot.environment(env),
             deadline=options.deadline, workdir=records.workdir, home=records.home,
             tmp=records.tmp, instructions=self.instructions)
-        confinement = self._confinement(records, slot.port)
+        confinement = self._confinement(records, slot.port, programs=manifest.agent.programs(),
+                                        path=env.get("PATH"))
         start = {
             "agent": self._agent_wire(),
             "capsule_dir": str(records.dir / "capsule"),
@@ -393,7 +406,8 @@ class AgentSide:
             tmp=records.tmp))
         confinement = None
         if upstream.port is not None:
-            confinement = self._confinement(records, slot.port, (upstream.port,))
+            confinement = self._confinement(records, slot.port, (upstream.port,),
+                                            programs=(upstream.program(env),))
         await upstream.start(env, confinement=confinement, cgroup=self._agent_cgroup())
         waiting = asyncio.create_task(
             upstream.wait_for_card(_ready_seconds(options.deadline, READY_SECONDS)),

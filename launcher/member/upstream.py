@@ -8,11 +8,13 @@ the order a session uses it:
 2. :class:`Upstream.start`: for ``command``, a free loopback port in place of ``{port}``
    and in ``PORT``, the command started in the capsule's directory in a process group
    of its own, its stdout and stderr on the member's stderr (the launcher prefixes them
-   with the member's name and keeps them in its log); for ``url``, nothing to start.
+   with the member's name and keeps them in its log; confined, its stderr is copied
+   there by the runtime, which keeps the last lines); for ``url``, nothing to start.
 3. :meth:`Upstream.wait_for_card`: the card read at ``card_path`` until it answers
-   (within the readiness budget), its JSON-RPC 1.0 interface (else its HTTP+JSON one)
-   found on it; every way this fails is ``E-RUN-049`` naming what happened (an upstream
-   that exited says its exit status).
+   (within the readiness budget), the interface the door speaks found on it
+   (``gateway.relay.interfaces``); every way this fails is ``E-RUN-049`` naming what
+   happened (an upstream that exited says its exit status, and the path the sandbox
+   denied it when its last words name one, with the grant that allows it).
 4. :meth:`Upstream.exited`: waits for a started upstream to exit on its own; the session
    then ends with ``E-RUN-050``.
 5. :meth:`Upstream.stop`: SIGTERM to the process group, SIGKILL 5 s later.
@@ -50,6 +52,7 @@ from launcher.member.outcome import (
     member_diagnostic,
 )
 from launcher.sandbox import descendants
+from launcher.sandbox.denials import StderrTail, denied_path, grant_hint
 
 if TYPE_CHECKING:
     from launcher.member.confinement import AgentPlan
@@ -110,6 +113,7 @@ class Upstream:
         self.process: asyncio.subprocess.Process | None = None
         self.card: dict[str, Any] | None = None
         self.rpc_url: str | None = None
+        self.stderr_tail: StderrTail | None = None
 
     @classmethod
     def prepare(cls, spec: UpstreamSpec, environ: Mapping[str, str]) -> Upstream:
@@ -138,6 +142,11 @@ class Upstream:
     def card_url(self) -> str:
         return self.spec.agent.card_url(self.base_url if self.port is not None else None)
 
+    def program(self, env: Mapping[str, str]) -> str:
+        """The program a ``command`` upstream runs, as a path (nothing for a ``url`` one)."""
+        command = self.spec.agent.command
+        return _program(command[0], env) if command else ""
+
     async def start(self, env: Mapping[str, str], *,
                     confinement: AgentPlan | None = None,
                     cgroup: AgentCgroup | None = None) -> None:
@@ -158,12 +167,18 @@ class Upstream:
                 self.process = await asyncio.create_subprocess_exec(
                     *argv, cwd=self.spec.capsule_dir, env=dict(env), start_new_session=True,
                     stdin=asyncio.subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                    stderr=sys.stderr.fileno(),
+                    # Confined, its stderr comes through here: a refusal it prints names
+                    # the path the sandbox denied (launcher/sandbox/denials.py).
+                    stderr=sys.stderr.fileno() if confinement is None
+                    else asyncio.subprocess.PIPE,
                     preexec_fn=None if confinement is None and join is None
                     else _confine_child(ruleset, socket_filter, join,
                                         confined=confinement is not None))
                 descendants.own(self.process.pid)
         except (OSError, subprocess.SubprocessError) as exc:
+            if isinstance(exc, PermissionError) and confinement is not None:
+                raise DiagnosticError(_denied(self.spec, "it could not be started", argv[0])
+                                      ) from None
             why = getattr(exc, "strerror", None) or exc
             raise DiagnosticError(_not_ready(
                 self.spec, f"`agent.a2a.command` cannot be started: {why}",
@@ -174,6 +189,9 @@ class Upstream:
                 os.close(ruleset)
             if join is not None:
                 os.close(join)
+        if self.process.stderr is not None:
+            self.stderr_tail = StderrTail(sys.stderr.fileno())
+            self.stderr_tail.follow(self.process.stderr)
 
     async def wait_for_card(self, seconds: float = READY_SECONDS) -> UpstreamClient:
         """Read the card until it answers; the client for its JSON-RPC interface."""
@@ -183,7 +201,7 @@ class Upstream:
         last = "it did not answer"
         try:
             while True:
-                self._check_alive()
+                await self._check_alive()
                 try:
                     card = await fetch_card(session, self.card_url, self.headers)
                 except UpstreamCardError as exc:
@@ -208,13 +226,20 @@ class Upstream:
         return UpstreamClient(interface.url, member=self.spec.member, headers=self.headers,
                               framing=interface.framing())
 
-    def _check_alive(self) -> None:
+    async def _check_alive(self) -> None:
         process = self.process
-        if process is not None and process.returncode is not None:
-            raise DiagnosticError(_not_ready(
-                self.spec, f"it exited before it served its card ({exit_text(process)})",
-                "run `agent.a2a.command` by hand in the capsule's directory to see why it "
-                "stops"))
+        if process is None or process.returncode is None:
+            return
+        exited = f"it exited before it served its card ({exit_text(process)})"
+        tail = self.stderr_tail
+        if tail is not None:
+            await tail.finish()
+            path = denied_path(tail.lines)
+            if path is not None:
+                raise DiagnosticError(_denied(self.spec, exited, path))
+        raise DiagnosticError(_not_ready(
+            self.spec, exited, "run `agent.a2a.command` by hand in the capsule's directory "
+            "to see why it stops (its output is above)"))
 
     async def exited(self) -> Diagnostic:
         """Wait until a started upstream exits; the diagnostic that ends the member."""
@@ -241,11 +266,22 @@ class Upstream:
         if process.returncode is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), grace)
+        if self.stderr_tail is not None:
+            await self.stderr_tail.finish(grace=0.5)
 
 
 _CARD_FIX = ("serve an A2A agent card (1.0 with a JSONRPC or HTTP+JSON interface, or 0.3 with "
              "a JSONRPC url) at "
              "`agent.a2a.card_path` (default /.well-known/agent-card.json)")
+
+
+def _denied(spec: UpstreamSpec, what: str, path: str) -> Diagnostic:
+    """``E-RUN-049`` for an upstream the sandbox denied ``path``: names it and the grant."""
+    return _not_ready(
+        spec, f"{what}: the sandbox denied it `{path}`",
+        f"grant it: add `{grant_hint(path)}` to `capabilities.filesystem.read` in "
+        "murmur.yaml (read and execute, never write), or install it under a path the "
+        "sandbox grants (docs/isolation.md)")
 
 
 def _not_ready(spec: UpstreamSpec, problem: str, fix: str) -> Diagnostic:
