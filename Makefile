@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean js-agents litellm image test-containers loadtest
+.PHONY: demo test lint typecheck pytest bench soak clean js-agents litellm image test-containers loadtest frameworks test-frameworks
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,32 @@ $(LITELLM_STAMP): $(LITELLM_PIN)
 	@$(LITELLM_VENV)/bin/pip install -r $(LITELLM_PIN) > $(LITELLM_VENV)/install.log 2>&1 \
 	|| (tail -5 $(LITELLM_VENV)/install.log; exit 1)
 	@touch $(LITELLM_STAMP)
+
+# Agents from other frameworks (tests/agents/frameworks/NAME: a server on an offline
+# model and its pinned requirements), each in a virtual environment of its own OUTSIDE
+# the checkout and every path the sandbox grants, as a user installs a framework: the
+# tests run them confined from there (docs/frameworks/). Cached between runs; a venv is
+# remade when its requirements change. One that cannot be installed is said, and its
+# tests skip saying so.
+FRAMEWORKS := pydantic_ai adk adk_v03 strands crewai
+FRAMEWORK_VENVS ?= $(HOME)/.cache/murmur-door/frameworks
+
+frameworks:
+	@for name in $(FRAMEWORKS); do \
+	$(MAKE) --no-print-directory $(FRAMEWORK_VENVS)/$$name/.installed || \
+	echo "$$name could not be installed: its tests in tests/frameworks skip"; done
+
+$(FRAMEWORK_VENVS)/%/.installed: tests/agents/frameworks/%/requirements.txt
+	@echo "installing the $* framework agent into $(FRAMEWORK_VENVS)/$* (log: install.log there)"
+	@rm -rf $(FRAMEWORK_VENVS)/$* && mkdir -p $(FRAMEWORK_VENVS)
+	@$(PYTHON) -m venv $(FRAMEWORK_VENVS)/$*
+	@$(FRAMEWORK_VENVS)/$*/bin/pip install --disable-pip-version-check -r $< \
+	> $(FRAMEWORK_VENVS)/$*/install.log 2>&1 || (tail -5 $(FRAMEWORK_VENVS)/$*/install.log; exit 1)
+	@touch $@
+
+# The framework agents' tests (tests/frameworks), confined, each from its own venv.
+test-frameworks: $(STAMP) frameworks
+	MURMUR_FRAMEWORK_TESTS=1 MURMUR_FRAMEWORK_VENVS=$(FRAMEWORK_VENVS) $(BIN)/pytest -q tests/frameworks
 
 # The loadtest extra (locust, matplotlib), installed into .venv once.
 LOADTEST_STAMP := $(VENV)/.loadtest-installed

@@ -12,6 +12,10 @@ import pytest
 # The container tests run in their own target (`make test-containers`): they build an
 # image and start an engine's containers, minutes that `make test` does not spend.
 collect_ignore = [] if os.environ.get("MURMUR_CONTAINER_TESTS") == "1" else ["containers"]
+# The framework agents' tests likewise (`make test-frameworks`): their venvs are minutes
+# of installing, made by that target.
+if os.environ.get("MURMUR_FRAMEWORK_TESTS") != "1":
+    collect_ignore.append("frameworks")
 
 
 @pytest.fixture(autouse=True)

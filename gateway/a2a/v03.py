@@ -18,8 +18,8 @@ In this order:
    a ``message`` by its ``kind``) wrapped as a SendMessageResponse, a stream event (also
    ``status-update`` and ``artifact-update``) as a StreamResponse, a ``tasks/get`` or
    ``tasks/cancel`` result as a Task; states, roles, parts and timestamps in 1.0's
-   spelling; ``kind`` and a status update's ``final`` dropped; the history of a task
-   left out when the caller asked for ``historyLength`` 0.
+   spelling; ``kind`` and a status update's ``final`` dropped (a task's history within the
+   caller's ``historyLength`` is the relay's to keep, ``gateway.relay.methods``).
 
 Anything in an answer that 0.3 does not define raises :class:`V03AnswerError` (a
 ``ValueError``); the relay turns it into the door's ``-32603`` naming the member.
@@ -145,7 +145,7 @@ def _configuration_to_v03(configuration: Mapping[str, Any]) -> dict[str, Any]:
 
 def _positive_history(length: Any, out: dict[str, Any]) -> None:
     """A ``historyLength`` above 0 as it is; 0 is "no history" in 1.0 and "all" in 0.3,
-    so it is not sent (the answer's history is dropped instead, :func:`result_from_v03`)."""
+    so it is not sent (the relay drops the answer's history instead)."""
     if type(length) is int and length > 0:
         out["historyLength"] = length
 
@@ -154,7 +154,7 @@ def _positive_history(length: Any, out: dict[str, Any]) -> None:
 # 2. Answers, 0.3 to 1.0
 
 
-def result_from_v03(method: str, result: Any, params: Mapping[str, Any]) -> Any:
+def result_from_v03(method: str, result: Any) -> Any:
     """The 1.0 result of a relayed request's 0.3 ``result`` (one event's, for a stream)."""
     if method == "SendMessage" or method in ("SendStreamingMessage", "SubscribeToTask"):
         converted = _stream_response(result)
@@ -162,21 +162,7 @@ def result_from_v03(method: str, result: Any, params: Mapping[str, Any]) -> Any:
         converted = _task(_object(result, "task"))
     else:  # pragma: no cover - the relay forwards only V03_METHODS
         raise V03AnswerError(f"the door does not relay {method} to an A2A 0.3 server")
-    if _no_history(method, params):
-        task = converted.get("task") if "task" in converted else converted
-        if isinstance(task, dict):
-            task.pop("history", None)
     return converted
-
-
-def _no_history(method: str, params: Mapping[str, Any]) -> bool:
-    if method in _SEND_METHODS:
-        configuration = params.get("configuration")
-        length = configuration.get("historyLength") if isinstance(configuration, dict) \
-            else None
-    else:
-        length = params.get("historyLength")
-    return type(length) is int and length == 0
 
 
 def _stream_response(result: Any) -> dict[str, Any]:

@@ -107,13 +107,12 @@ class UpstreamFraming(Protocol):
     def request(self, method: str, params: Mapping[str, Any]) -> tuple[str, str, bytes | None]:
         """The verb, URL and body of a request for ``method``."""
 
-    def answer(self, status: int, body: bytes, member: str, method: str,
-               params: Mapping[str, Any]) -> Any:
-        """The result of a whole answer to ``method`` with ``params``;
+    def answer(self, status: int, body: bytes, member: str, method: str) -> Any:
+        """The result of a whole answer to ``method``;
         :class:`UpstreamError` for the upstream's own error, :func:`not_answered` for
         anything that is not an answer."""
 
-    def event(self, data: bytes, member: str, method: str, params: Mapping[str, Any]) -> Any:
+    def event(self, data: bytes, member: str, method: str) -> Any:
         """The result of one Server-Sent Event's data (or the error it carries)."""
 
 
@@ -132,13 +131,12 @@ class JsonRpcFraming:
                       "params": params})
         return "POST", self.url, body
 
-    def answer(self, status: int, body: bytes, member: str, method: str,
-               params: Mapping[str, Any]) -> Any:
+    def answer(self, status: int, body: bytes, member: str, method: str) -> Any:
         if status != 200:
             raise not_answered(member, f"answered HTTP {status}")
         return jsonrpc_result(body, member)
 
-    def event(self, data: bytes, member: str, method: str, params: Mapping[str, Any]) -> Any:
+    def event(self, data: bytes, member: str, method: str) -> Any:
         return jsonrpc_result(data, member)
 
 
@@ -225,7 +223,7 @@ class UpstreamClient:
                 answer = await response.content.read(MAX_UPSTREAM_BYTES + 1)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise not_answered(self.member, _failure(exc)) from None
-        return self._framing.answer(status, answer, self.member, method, params)
+        return self._framing.answer(status, answer, self.member, method)
 
     async def stream(self, method: str, params: Mapping[str, Any], *,
                      trace_parent: bytes | None = None) -> AsyncIterator[Any]:
@@ -247,15 +245,14 @@ class UpstreamClient:
                 raise not_answered(self.member, _failure(exc)) from None
             finally:
                 response.release()
-            return _single(self._framing.answer(response.status, answer, self.member,
-                                                method, params))
-        return self._events(response, method, params)
+            return _single(self._framing.answer(response.status, answer, self.member, method))
+        return self._events(response, method)
 
-    async def _events(self, response: aiohttp.ClientResponse, method: str,
-                      params: Mapping[str, Any]) -> AsyncIterator[Any]:
+    async def _events(self, response: aiohttp.ClientResponse,
+                      method: str) -> AsyncIterator[Any]:
         try:
             async for data in _sse_data(response.content, self.member):
-                yield self._framing.event(data, self.member, method, params)
+                yield self._framing.event(data, self.member, method)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise not_answered(self.member, _failure(exc)) from None
         finally:

@@ -8,7 +8,8 @@ accept refused before anything is forwarded, then a follow-up of an owned task, 
 task through the gate, with its span), the stream observed event by event; GetTask and
 CancelTask (ownership first); SubscribeToTask (one upstream subscription per task,
 shared: :mod:`gateway.relay.fanout`); ListTasks (the door's own list, each page's tasks
-read fresh from the upstream).
+read fresh from the upstream). Last, the history of an answered task is kept within the
+caller's ``historyLength``, whatever the upstream did with it.
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ class RelayMethods(A2AMethods):
         """SendMessage: a follow-up of an owned task, or a new task through the gate."""
         new = self._check_send(params, caller)
         claim = Claim(caller, starts=new)
+        configuration = params.get("configuration")
+        length = configuration.get("historyLength") if isinstance(configuration, dict) else None
         if not new:
             result = await self._client.call("SendMessage", params)
             self._tasks.observe_event(result, claim)
-            return result
+            return _with_history(result, length)
         self._tasks.admit()
         try:
             result = await self._client.call("SendMessage", params,
@@ -61,7 +64,7 @@ class RelayMethods(A2AMethods):
         finally:
             self._tasks.drop_new_task_span()
             self._tasks.release()
-        return result
+        return _with_history(result, length)
 
     async def send_streaming_message(self, params: dict[str, Any],
                                      caller: Caller) -> AsyncIterator[Any]:
@@ -114,7 +117,7 @@ class RelayMethods(A2AMethods):
         task = await self._client.call("GetTask", params)
         if known is not None:
             self._tasks.observe_task(task, None)
-        return task
+        return _within(task, params.get("historyLength"))
 
     async def cancel_task(self, params: dict[str, Any], caller: Caller) -> Any:
         known = self._tasks.reach(task_id_of(params), caller)
@@ -165,6 +168,30 @@ class RelayMethods(A2AMethods):
             raise
         if not isinstance(task, dict):
             return None
+        kept: dict[str, Any] = _within(task, request.history_length)
         if not request.include_artifacts:
-            task = {key: value for key, value in task.items() if key != "artifacts"}
+            kept = {key: value for key, value in kept.items() if key != "artifacts"}
+        return kept
+
+
+def _with_history(result: Any, length: Any) -> Any:
+    """A SendMessage result whose task keeps at most ``length`` messages of history."""
+    if isinstance(result, dict) and isinstance(result.get("task"), dict):
+        trimmed = _within(result["task"], length)
+        if trimmed is not result["task"]:
+            return {**result, "task": trimmed}
+    return result
+
+
+def _within(task: Any, length: Any) -> Any:
+    """``task`` with at most its last ``length`` history messages: the caller's
+    ``historyLength``, kept by the door whether or not the upstream kept it (A2A 0.3
+    servers, and some 1.0 ones, answer 0 with the whole history)."""
+    if type(length) is not int or length < 0 or not isinstance(task, dict):
         return task
+    history = task.get("history")
+    if not isinstance(history, list) or len(history) <= length:
+        return task
+    if length == 0:
+        return {key: value for key, value in task.items() if key != "history"}
+    return {**task, "history": history[-length:]}

@@ -53,8 +53,7 @@ class RestFraming:
             return verb, self.url + path + ("?" + urlencode(query) if query else ""), None
         return verb, self.url + path, dumps(dict(params))
 
-    def answer(self, status: int, body: bytes, member: str, method: str,
-               params: Mapping[str, Any]) -> Any:
+    def answer(self, status: int, body: bytes, member: str, method: str) -> Any:
         value = read_json(body)
         if status == 200:
             if value is None:
@@ -62,7 +61,7 @@ class RestFraming:
             return value
         raise _status_error(value) or not_answered(member, f"answered HTTP {status}")
 
-    def event(self, data: bytes, member: str, method: str, params: Mapping[str, Any]) -> Any:
+    def event(self, data: bytes, member: str, method: str) -> Any:
         value = read_json(data)
         if not isinstance(value, dict):
             raise not_answered(member, "sent an event that is not JSON")

@@ -40,15 +40,14 @@ class V03Framing:
                       "params": params_to_v03(method, params)})
         return "POST", self.url, body
 
-    def answer(self, status: int, body: bytes, member: str, method: str,
-               params: Mapping[str, Any]) -> Any:
+    def answer(self, status: int, body: bytes, member: str, method: str) -> Any:
         if status != 200:
             raise not_answered(member, f"answered HTTP {status}")
-        return self.event(body, member, method, params)
+        return self.event(body, member, method)
 
-    def event(self, data: bytes, member: str, method: str, params: Mapping[str, Any]) -> Any:
+    def event(self, data: bytes, member: str, method: str) -> Any:
         result = jsonrpc_result(data, member)
         try:
-            return result_from_v03(method, result, params)
+            return result_from_v03(method, result)
         except V03AnswerError as exc:
             raise not_answered(member, f"{exc} (read as A2A 0.3)") from None

@@ -79,7 +79,8 @@ class Agent(Strict):
     input_modes: list[MediaType] = Field(
         default_factory=lambda: ["text/plain"], min_length=1,
         description="the media types of the parts the agent takes (the card's "
-        "`defaultInputModes`)")
+        "`defaultInputModes`); beside `a2a`, in place of the upstream card's (for a card "
+        "that misstates them, docs/gateway.md)")
     requires: list[Requirement] = Field(
         default_factory=list, description="Python distributions the agent needs, as pip "
         "requirement strings such as `httpx>=0.27`")
@@ -96,11 +97,6 @@ class Agent(Strict):
             raise refuse_below("skills", "cannot be given beside `agent.a2a`: the door's "
                                "card shows the upstream's own skills",
                                "remove `agent.skills`; the upstream's card lists its skills")
-        if self.a2a is not None and "input_modes" in self.model_fields_set:
-            raise refuse_below("input_modes", "cannot be given beside `agent.a2a`: the "
-                               "door takes the media types the upstream's card accepts",
-                               "remove `agent.input_modes`; the upstream's card lists its "
-                               "`defaultInputModes`")
         ids = [skill.id for skill in self.skills]
         if len(ids) != len(set(ids)):
             raise refuse("gives two skills the same `id`", "give each skill its own `id`")
@@ -152,6 +148,11 @@ class Agent(Strict):
             found.append(tool.mcp[0] if tool.mcp else tool.command.argv[0]
                          if tool.command is not None else "")
         return tuple(program for program in found if program)
+
+    @property
+    def declares_input_modes(self) -> bool:
+        """Whether ``input_modes`` was written (beside ``a2a``: it replaces the card's)."""
+        return "input_modes" in self.model_fields_set
 
     @property
     def runs_turns(self) -> bool:

@@ -98,7 +98,8 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "agent.input_modes": ("The media types of the parts the agent takes (the card's "
                           "`defaultInputModes`), `type/subtype` or a wildcard (`image/*`, "
                           "`*/*`); a message with a part outside them is refused "
-                          "`-32005` (docs/door.md). Not beside `agent.a2a`.",
+                          "`-32005` (docs/door.md). Beside `agent.a2a`, in place of the "
+                          "upstream card's (docs/gateway.md).",
                           "[text/plain, application/json]"),
     "agent.requires": ("Python distributions the agent needs, as pip requirement "
                        "strings: `mur doctor` and the launch refuse a missing one "

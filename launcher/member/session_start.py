@@ -424,7 +424,10 @@ class AgentSide:
             return None
         client = waiting.result()  # its DiagnosticError ends the session
         assert upstream.card is not None
-        return build_gateway_door(client, upstream.card, door_settings(session, records),
+        card = upstream.card
+        if manifest.agent.declares_input_modes:  # the capsule knows better than the card
+            card = {**card, "defaultInputModes": list(manifest.agent.input_modes)}
+        return build_gateway_door(client, card, door_settings(session, records),
                                   policy=door_policy(session, records), trace=session.bus,
                                   metrics=session.metrics)
 

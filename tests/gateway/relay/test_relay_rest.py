@@ -165,10 +165,10 @@ def test_rest_framing_reads_only_a_status_with_a_known_reason_as_the_upstreams_e
     status = {"error": {"code": 404, "message": "gone", "details": [
         {"@type": ERROR_INFO_TYPE, "reason": "TASK_NOT_FOUND", "domain": "a2a-protocol.org"}]}}
     with pytest.raises(Exception) as known:
-        framing.answer(404, json.dumps(status).encode(), "coder", "GetTask", {})
+        framing.answer(404, json.dumps(status).encode(), "coder", "GetTask")
     assert getattr(known.value, "code", None) == -32001
     with pytest.raises(Exception) as bare:
-        framing.answer(404, b"<html>not found</html>", "coder", "GetTask", {})
+        framing.answer(404, b"<html>not found</html>", "coder", "GetTask")
     assert getattr(bare.value, "code", None) == -32603
     assert "127.0.0.1" not in str(bare.value) and "coder" in str(bare.value)
 

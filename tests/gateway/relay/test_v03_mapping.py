@@ -150,7 +150,7 @@ def sdk_read(model: Any, convert: Any, value: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_task_is_read_as_a2a_sdk_reads_it() -> None:
-    ours = result_from_v03("GetTask", copy.deepcopy(TASK_03), {"id": "t-1"})
+    ours = result_from_v03("GetTask", copy.deepcopy(TASK_03))
     assert ours == sdk_read(types_v03.Task, conversions.to_core_task, TASK_03)
     assert ours["status"]["state"] == "TASK_STATE_COMPLETED"
     assert ours["status"]["timestamp"] == "2026-12-05T10:11:12.345678Z"
@@ -168,7 +168,7 @@ def test_a_task_is_read_as_a2a_sdk_reads_it() -> None:
 ])
 def test_every_state_is_read_as_a2a_sdk_reads_it(state: str, expected: str) -> None:
     task = {"kind": "task", "id": "t", "contextId": "c", "status": {"state": state}}
-    ours = result_from_v03("GetTask", task, {"id": "t"})
+    ours = result_from_v03("GetTask", task)
     assert ours["status"]["state"] == expected
     sdk = sdk_read(types_v03.Task, conversions.to_core_task, task)
     assert sdk.get("status", {}).get("state", "TASK_STATE_UNSPECIFIED") == expected
@@ -179,22 +179,22 @@ def test_every_state_is_read_as_a2a_sdk_reads_it(state: str, expected: str) -> N
 def test_timestamps_are_written_as_protojson_writes_them(stamp: str) -> None:
     task = {"kind": "task", "id": "t", "contextId": "c",
             "status": {"state": "working", "timestamp": stamp}}
-    ours = result_from_v03("GetTask", task, {})
+    ours = result_from_v03("GetTask", task)
     assert ours == sdk_read(types_v03.Task, conversions.to_core_task, task)
 
 
 def test_a_timestamp_without_a_zone_is_utc_and_an_unreadable_one_is_left_out() -> None:
     naive = {"kind": "task", "id": "t", "contextId": "c",
              "status": {"state": "working", "timestamp": "2026-12-05T10:11:12"}}
-    assert result_from_v03("GetTask", naive, {})["status"]["timestamp"] == \
+    assert result_from_v03("GetTask", naive)["status"]["timestamp"] == \
         "2026-12-05T10:11:12Z"
     odd = {**naive, "status": {"state": "working", "timestamp": "yesterday"}}
-    assert "timestamp" not in result_from_v03("GetTask", odd, {})["status"]
+    assert "timestamp" not in result_from_v03("GetTask", odd)["status"]
 
 
 def test_a_send_result_is_wrapped_by_its_kind_as_a2a_sdk_wraps_it() -> None:
     for result, key in ((TASK_03, "task"), (MESSAGE_03, "message")):
-        ours = result_from_v03("SendMessage", copy.deepcopy(result), {})
+        ours = result_from_v03("SendMessage", copy.deepcopy(result))
         sdk = MessageToDict(conversions.to_core_send_message_response(
             types_v03.SendMessageResponse.model_validate(
                 {"jsonrpc": "2.0", "id": 1, "result": result})))
@@ -210,22 +210,12 @@ def test_a_send_result_is_wrapped_by_its_kind_as_a2a_sdk_wraps_it() -> None:
      "lastChunk": False, "artifact": TASK_03["artifacts"][0]},
 ])
 def test_each_stream_event_is_read_as_a2a_sdk_reads_it(event: dict[str, Any]) -> None:
-    ours = result_from_v03("SendStreamingMessage", copy.deepcopy(event), {})
+    ours = result_from_v03("SendStreamingMessage", copy.deepcopy(event))
     sdk = MessageToDict(conversions.to_core_stream_response(
         types_v03.SendStreamingMessageSuccessResponse.model_validate(
             {"jsonrpc": "2.0", "id": 1, "result": event})))
     assert ours == sdk
     assert "final" not in ours.get("statusUpdate", {})
-
-
-def test_history_is_dropped_when_the_caller_asked_for_none() -> None:
-    got = result_from_v03("GetTask", copy.deepcopy(TASK_03), {"id": "t-1", "historyLength": 0})
-    assert "history" not in got
-    sent = result_from_v03("SendMessage", copy.deepcopy(TASK_03),
-                           {"configuration": {"historyLength": 0}})
-    assert "history" not in sent["task"]
-    kept = result_from_v03("GetTask", copy.deepcopy(TASK_03), {"id": "t-1", "historyLength": 2})
-    assert len(kept["history"]) == 2
 
 
 @pytest.mark.parametrize("bad", [
@@ -237,7 +227,7 @@ def test_history_is_dropped_when_the_caller_asked_for_none() -> None:
 ])
 def test_an_answer_that_is_not_0_3_is_refused_without_its_values(bad: Any) -> None:
     with pytest.raises(V03AnswerError) as refused:
-        result_from_v03("SendMessage", bad, {})
+        result_from_v03("SendMessage", bad)
     assert "pondering" not in str(refused.value) and "nonsense" not in str(refused.value)
 
 
@@ -259,8 +249,8 @@ def test_the_framing_writes_0_3_json_rpc_and_reads_1_0_back() -> None:
     sent = json.loads(body)
     assert sent["method"] == "tasks/get" and sent["params"] == {"id": "t-1"}
     answer = json.dumps({"jsonrpc": "2.0", "id": sent["id"], "result": TASK_03}).encode()
-    task = framing.answer(200, answer, "coder", "GetTask", {"id": "t-1", "historyLength": 0})
-    assert task["id"] == "t-1" and "history" not in task
+    task = framing.answer(200, answer, "coder", "GetTask")
+    assert task["id"] == "t-1" and task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert framing.version == "0.3"
 
 
@@ -268,11 +258,11 @@ def test_the_upstreams_own_error_passes_through_and_an_unreadable_answer_names_t
     framing = V03Framing("http://127.0.0.1:9/")
     error = {"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": "Task not found"}}
     with pytest.raises(UpstreamError) as upstream:
-        framing.answer(200, json.dumps(error).encode(), "coder", "GetTask", {"id": "x"})
+        framing.answer(200, json.dumps(error).encode(), "coder", "GetTask")
     assert upstream.value.code == -32001
     odd = {"jsonrpc": "2.0", "id": 1, "result": {"kind": "nonsense"}}
     with pytest.raises(Exception) as unreadable:
-        framing.event(json.dumps(odd).encode(), "coder", "SendStreamingMessage", {})
+        framing.event(json.dumps(odd).encode(), "coder", "SendStreamingMessage")
     assert getattr(unreadable.value, "code", None) == -32603
     assert "coder" in str(unreadable.value) and "0.3" in str(unreadable.value)
     assert "127.0.0.1" not in str(unreadable.value)

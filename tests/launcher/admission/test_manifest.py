@@ -639,11 +639,16 @@ def test_input_modes_that_are_no_media_types_are_e_man_001_naming_the_entry(
         assert "`type/subtype`" in refused.diagnostic.hint
 
 
-def test_input_modes_beside_a2a_are_refused_as_the_upstreams_own() -> None:
-    refused = refusal(MINIMAL.replace("{python: coder_agent:run}",
-                                      "{a2a: {url: 'http://h:1'}, input_modes: [text/plain]}"))
-    assert (refused.code, refused.path) == ("E-MAN-001", "agent.input_modes")
-    assert "upstream's card" in refused.diagnostic.message
+def test_input_modes_beside_a2a_are_taken_in_place_of_the_upstream_cards() -> None:
+    # fasta2a's card always says application/json though its agents take text.
+    written = parse_manifest(MINIMAL.replace(
+        "{python: coder_agent:run}",
+        "{a2a: {url: 'http://h:1'}, input_modes: [text/plain, application/json]}"))
+    assert written.agent.declares_input_modes
+    assert written.agent.input_modes == ["text/plain", "application/json"]
+    left_out = parse_manifest(MINIMAL.replace("{python: coder_agent:run}",
+                                              "{a2a: {url: 'http://h:1'}}"))
+    assert not left_out.agent.declares_input_modes
 
 
 def test_extended_skills_are_absent_by_default_and_read_like_skills() -> None:
