@@ -60,6 +60,13 @@ def python_paths() -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.realpath(path) for path in found))
 
 
+def granted_already(path: str, *, capsule_dir: Path) -> bool:
+    """Whether every agent reads ``path`` without asking: the system's folders, the
+    Python in use, its capsule."""
+    return any(_holds(root, path) for root in (*SYSTEM_READ, *python_paths(),
+                                               os.path.realpath(capsule_dir)))
+
+
 def agent_plan(*, home: Path, capsule_dir: Path, session_dirs: Iterable[Path],
                workdir: Path, proxy_port: int, bind_ports: Iterable[int] = (),
                seccomp: bool = False, also_read: Iterable[str] = ()) -> AgentPlan:

@@ -272,14 +272,16 @@ class AgentSide:
         if self.session.options.isolation == OFF:
             return None
         from launcher.home.paths import murmur_home
-        from launcher.member.confinement import agent_plan
+        from launcher.member.confinement import agent_plan, granted_already
         from launcher.sandbox.program_paths import program_environment, resolve_program
         from launcher.sandbox.seccomp import seccomp_support
 
         capsule_dir = records.dir / "capsule"
         also_read = list(self.session.manifest.capabilities.filesystem.read)
         for program in programs:
-            found = resolve_program(program, cwd=capsule_dir, path=path)
+            found = resolve_program(program, cwd=capsule_dir, path=path, granted=lambda
+                                    candidate: granted_already(candidate,
+                                                               capsule_dir=capsule_dir))
             if found is not None:
                 also_read += program_environment(found, path=path)
         return agent_plan(home=murmur_home(), capsule_dir=capsule_dir,

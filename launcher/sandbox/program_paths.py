@@ -7,7 +7,8 @@ upstream died before it served its card.
 In this order, for one program (``argv[0]``):
 
 1. :func:`resolve_program`: a bare name looked up on the PATH the command gets (else the
-   runtime's), a relative path taken in the capsule's directory;
+   runtime's) as ``execvp`` does (none when one it finds is granted already), a relative
+   path taken in the capsule's directory;
 2. :func:`program_environment`: the program itself and, resolved, what it runs:
    - the interpreter of a script's ``#!`` line (through ``/usr/bin/env NAME``: NAME on
      the PATH);
@@ -26,8 +27,7 @@ Every path is read and execute only; nothing here is ever writable. The caller
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = ["program_environment", "resolve_program"]
@@ -39,11 +39,25 @@ _MAX_PTH_FILES = 64
 _MAX_PTH_LINES = 256
 
 
-def resolve_program(program: str, *, cwd: Path, path: str | None) -> str | None:
-    """``program`` as an absolute path, or None when it cannot be found."""
+def resolve_program(program: str, *, cwd: Path, path: str | None,
+                    granted: Callable[[str], bool] = lambda _: False) -> str | None:
+    """``program`` as an absolute path, or None when it cannot be found or needs no grant.
+
+    A bare name is looked up as ``execvp`` does: in each folder of ``path`` (else the
+    runtime's) in turn, a candidate the sandbox denies skipped. So when some candidate is
+    ``granted`` already, that one runs, and nothing is added (granting an earlier one,
+    such as a pyenv shim that runs a program outside, would change which runs); else the
+    first candidate is the one to grant."""
     if "/" in program:
         return os.path.abspath(cwd / program)
-    return shutil.which(program, path=path) if path is not None else shutil.which(program)
+    search = path if path is not None else os.environ.get("PATH", os.defpath)
+    candidates = [os.path.join(folder, program)
+                  for folder in search.split(os.pathsep) if folder]
+    found = [candidate for candidate in candidates
+             if os.path.isfile(candidate) and os.access(candidate, os.X_OK)]
+    if not found or any(granted(os.path.realpath(candidate)) for candidate in found):
+        return None
+    return found[0]
 
 
 def program_environment(program: str, *, path: str | None = None) -> tuple[str, ...]:

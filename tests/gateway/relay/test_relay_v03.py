@@ -218,3 +218,26 @@ async def test_the_doors_card_is_1_0_with_the_upstreams_skills_without_0_3_secur
         assert {i["protocolVersion"] for i in card["supportedInterfaces"]} == {"1.0"}
         assert card["skills"][0]["id"] == "scripted"
         assert "security" not in card["skills"][0]
+
+
+async def test_a_grpc_caller_is_served_1_0_in_front_of_a_0_3_upstream() -> None:
+    grpc = pytest.importorskip("grpc", reason="the grpc extra is not installed")
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+    from google.protobuf import json_format
+
+    async with gateway_member(binding=V03) as formation:
+        address = await formation.door.serve_grpc()
+        assert address is not None
+        try:
+            async with grpc.aio.insecure_channel(address) as channel:
+                stub = a2a_pb2_grpc.A2AServiceStub(channel)
+                request = json_format.ParseDict(send_params("over grpc"),
+                                                a2a_pb2.SendMessageRequest())
+                answer = await stub.SendMessage(request, metadata=[
+                    ("a2a-version", "1.0"),
+                    ("authorization", f"Bearer {formation.operator}")])
+        finally:
+            await formation.door.stop_grpc()
+        assert answer.task.status.state == a2a_pb2.TaskState.TASK_STATE_COMPLETED
+        assert answer.task.artifacts[0].parts[0].text == "heard: over grpc"
+        only_0_3_reached_the_upstream(formation)

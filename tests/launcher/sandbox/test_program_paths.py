@@ -76,9 +76,24 @@ def test_a_plain_program_brings_itself_and_a_system_one_widens_nothing(tmp_path:
 def test_a_program_is_found_on_the_commands_path_or_in_the_capsule(
         venv: Path, tmp_path: Path) -> None:
     assert resolve_program("python", cwd=tmp_path, path=str(venv / "bin")) == \
-        str(venv / "bin" / "python")
+        str(venv / "bin" / "python")  # nothing else on that PATH: it is the one to grant
     assert resolve_program("./run.sh", cwd=tmp_path, path=None) == str(tmp_path / "run.sh")
     assert resolve_program("no-such-program-here", cwd=tmp_path, path="/nowhere") is None
+
+
+def test_a_bare_name_already_granted_later_on_the_path_adds_nothing(tmp_path: Path) -> None:
+    # A pyenv shim first on PATH runs a program outside every grant; before the shim was
+    # granted, execvp skipped it (denied) and ran the system's python3: keep it so.
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    shim = shims / "python3"
+    shim.write_text("#!/bin/sh\nexec /elsewhere/pyenv exec python3 \"$@\"\n")
+    shim.chmod(0o755)
+    system = os.path.dirname(os.path.realpath(sys.executable))
+    search = f"{shims}{os.pathsep}{system}"
+    assert resolve_program("python3", cwd=tmp_path, path=search,
+                           granted=lambda candidate: candidate.startswith(system)) is None
+    assert resolve_program("python3", cwd=tmp_path, path=search) == str(shim)
 
 
 def test_the_plan_grants_them_read_only_and_never_murmur_home(venv: Path, tmp_path: Path) -> None:
