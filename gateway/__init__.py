@@ -94,6 +94,7 @@ _EXPORTS: dict[str, str] = {
     "fetch_card": "gateway.relay.client",
     "new_session": "gateway.relay.client",
     "UpstreamInterface": "gateway.relay.interfaces",
+    "JournaledTask": "gateway.door.task_listeners",
     "upstream_interface": "gateway.relay.interfaces",
     "RestFraming": "gateway.relay.rest_framing",
     "build_gateway_door": "gateway.relay.tasks",
@@ -162,6 +163,7 @@ __all__ = [
     "UpstreamCardError",
     "UpstreamClient",
     "UpstreamInterface",
+    "JournaledTask",
     "VERSION_HEADER",
     "aevent_data",
     "answer_text",
@@ -229,6 +231,7 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
     from gateway.door.card_signing import card_signature, key_id
     from gateway.door.media_types import media_type_problem
     from gateway.door.streams import StreamLimits
+    from gateway.door.task_listeners import JournaledTask
     from gateway.door.task_record import message_text
     from gateway.door.tasks import AgentFn, GateConfig, TaskRun
     from gateway.metrics import DoorMetrics

@@ -39,6 +39,8 @@
     │                                 expects)
     ├── RunningRecordsUnreadable .... home.running_records: running/ cannot be listed
     │                                 (an OSError)
+    ├── TaskDbUnreadable ............ home.task_db: a session's tasks.db is not a task
+    │                                 database this version reads (an OSError)
     ├── AuditRefused ................ commands.audit: no edges recorded to check a formation's
     │                                 calls against (exit 2)
     └── PeerDirectoryExists ......... home.formations: a peer's work folder is there already

@@ -38,6 +38,11 @@ set on the caller's edge (``depth``, ``calls``, ``concurrent``, ``per_minute``, 
 reached, docs/bounds.md): ``bounds_vs_no_bounds`` is what checking them costs (goal
 >= 0.95). ``--bounds-only`` measures that pair alone (``bench_door_bounds.json``, ``.md``).
 
+``door+auth durable`` is the door with DoorAuth keeping every task in a tasks.db as a
+member does (launcher/home/task_db.py, written by its own thread):
+``durable_vs_memory`` is what that costs (goal >= 0.9). ``--durable-only`` measures that
+pair alone (``bench_door_durable.json``, ``.md``).
+
 ``--trace-only``: the door with DoorAuth writing every record of its trace to a
 ``trace.jsonl``: as a member's runtime did before the chain (``door+auth trace before``:
 each record redacted again by the writer), as it does now (``door+auth chained trace``:
@@ -46,13 +51,14 @@ the hash chain, docs/audit.md, and one redaction), and now without the chain
 what the chain alone costs (``bench_door_trace.json``, ``.md``).
 
     .venv/bin/python loadtests/bench_door.py [--duration 3] [--rounds 3] [--concurrency 16]
-        [--metrics-only | --bounds-only | --trace-only]
+        [--metrics-only | --bounds-only | --trace-only | --durable-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -65,8 +71,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "loadtests" / "results"
-SERVERS = ("door+auth", "door+auth-bounds", "door+auth-nometrics", "door", "a2a-sdk",
-           "a2a-sdk-rest")
+SERVERS = ("door+auth", "door+auth-bounds", "door+auth-durable", "door+auth-nometrics",
+           "door", "a2a-sdk", "a2a-sdk-rest")
 #: ``--trace-only``: the door writing its trace to a file, without and with the hash
 #: chain (docs/audit.md, "The sealed record").
 TRACE_SERVERS = ("door+auth-trace-before", "door+auth-trace", "door+auth-chain")
@@ -74,6 +80,8 @@ TRACE_SERVERS = ("door+auth-trace-before", "door+auth-trace", "door+auth-chain")
 METRICS_SERVERS = ("door+auth", "door+auth-nometrics")
 #: ``--bounds-only``: the cost of a version 2 roster's edge limits (docs/bounds.md).
 BOUNDS_SERVERS = ("door+auth", "door+auth-bounds")
+#: ``--durable-only``: the cost of keeping every task in tasks.db (docs/durable-tasks.md).
+DURABLE_SERVERS = ("door+auth", "door+auth-durable")
 #: The agent process section: a door without DoorAuth whose trivial python agent runs
 #: in-process, in an agent process, or in a confined one (one server process each).
 AGENT_SERVERS = ("agent-fn", "agent-process", "agent-process-landlock")
@@ -98,6 +106,7 @@ ROWS: dict[str, tuple[str, str]] = {
     "door+auth no metrics": ("door+auth-nometrics", "jsonrpc"),
     "door+auth": ("door+auth", "jsonrpc"),
     "door+auth bounds": ("door+auth-bounds", "jsonrpc"),
+    "door+auth durable": ("door+auth-durable", "jsonrpc"),
     "door+auth trace before": ("door+auth-trace-before", "jsonrpc"),
     "door+auth trace": ("door+auth-trace", "jsonrpc"),
     "door+auth chained trace": ("door+auth-chain", "jsonrpc"),
@@ -106,8 +115,8 @@ ROWS: dict[str, tuple[str, str]] = {
     "a2a-sdk REST": ("a2a-sdk-rest", "rest"),
 }
 #: The order of the rows in the tables (the JSON-RPC rows first, as before).
-SHOWN = ("door+auth", "door+auth bounds", "door+auth no metrics", "door", "a2a-sdk",
-         "door+auth REST", "a2a-sdk REST", "door+auth trace before", "door+auth trace",
+SHOWN = ("door+auth", "door+auth bounds", "door+auth durable", "door+auth no metrics", "door",
+         "a2a-sdk", "door+auth REST", "a2a-sdk REST", "door+auth trace before", "door+auth trace",
          "door+auth chained trace")
 METHODS = ("GetTask", "SendMessage")
 WARMUP_SECONDS = 1.0
@@ -117,12 +126,15 @@ MAX_REQUESTS = 200_000  # per phase, warm-up included: far above what 4 s reach 
 
 
 def door_app(with_auth: bool, agent: Any = None, metrics: bool = True,
-             bounds: bool = False, trace: str | None = None) -> tuple[Any, str | None]:
+             bounds: bool = False, trace: str | None = None,
+             durable: bool = False) -> tuple[Any, str | None]:
     """The door with a trivial agent (``agent``, else an in-process one); with DoorAuth,
     a formation door and a caller token; without ``metrics``, DoorAuth in front of the
     A2A app with no request counted (the door before ``GET /metrics``, but for DoorAuth's
     own refusal and verification counts: one dict increment a request); with ``bounds``,
-    every edge limit set on the caller's edge and a depth, none of them ever reached."""
+    every edge limit set on the caller's edge and a depth, none of them ever reached;
+    with ``durable``, every task also kept in a tasks.db (launcher/home/task_db.py), as a
+    member's door keeps them."""
     from gateway.auth.door_auth import AuthPolicy, DoorAuth
     from gateway.auth.edge_limits import DoorBounds, EdgeLimits
     from gateway.auth.tokens import FormationKey, FormationVerifier
@@ -137,6 +149,13 @@ def door_app(with_auth: bool, agent: Any = None, metrics: bool = True,
     settings = DoorSettings(
         card=CardInfo(name="bench", description="benchmark", version="1"),
         gate=GateConfig(concurrency=64, queue_depth=1024), max_finished_tasks=20_000)
+    if durable:
+        import tempfile
+
+        from launcher.home.task_db import TaskDb
+
+        settings = dataclasses.replace(settings, journal=TaskDb.open(
+            Path(tempfile.mkdtemp(prefix="bench-tasks-")), max_finished=20_000))
     if not with_auth:
         return build_door(trivial, settings).inner_app, None
     formation = "frm_" + uuid.uuid4().hex
@@ -283,6 +302,7 @@ def serve(kind: str) -> None:
             app, token = door_app(with_auth=kind.startswith("door+auth"),
                                   metrics=kind != "door+auth-nometrics",
                                   bounds=kind == "door+auth-bounds",
+                                  durable=kind == "door+auth-durable",
                                   trace={"door+auth-trace-before": "before",
                                          "door+auth-trace": "plain",
                                          "door+auth-chain": "chain"}.get(kind))
@@ -610,6 +630,7 @@ def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float
     lines += ["", "| ratio | value | goal |", "|---|---:|---|"]
     goals = {"metrics_on_vs_off_GetTask_cpu_in_process": "(the door's code alone, no server)",
              "metrics_on_vs_off": ">= 0.95", "bounds_vs_no_bounds": ">= 0.95",
+             "durable_vs_memory": ">= 0.9",
              "chain_vs_before": ">= 0.95", "chain_vs_no_chain": "(what the chain costs)",
              "auth_vs_no_auth": ">= 0.9", "door_vs_sdk": ">= 3",
              "door_rest_vs_door_jsonrpc": ">= 0.9", "door_rest_vs_sdk_rest": ">= 3"}
@@ -716,9 +737,10 @@ def orchestrate(args: argparse.Namespace) -> None:
     every server alike."""
     began = time.monotonic()
     load_before = os.getloadavg()
-    only = args.metrics_only or args.bounds_only or args.trace_only
+    only = args.metrics_only or args.bounds_only or args.trace_only or args.durable_only
     kinds = (METRICS_SERVERS if args.metrics_only else BOUNDS_SERVERS if args.bounds_only
-             else TRACE_SERVERS if args.trace_only else SERVERS)
+             else TRACE_SERVERS if args.trace_only
+             else DURABLE_SERVERS if args.durable_only else SERVERS)
     rows = {name: row for name, row in ROWS.items()
             if row[0] in kinds and not (only and row[1] == "rest")}
     servers: dict[str, tuple[subprocess.Popen[str], int, str]] = {}
@@ -755,6 +777,7 @@ def orchestrate(args: argparse.Namespace) -> None:
     for method in METHODS:
         for name, top, bottom in (("metrics_on_vs_off", "door+auth", "door+auth no metrics"),
                                   ("bounds_vs_no_bounds", "door+auth bounds", "door+auth"),
+                                  ("durable_vs_memory", "door+auth durable", "door+auth"),
                                   ("chain_vs_no_chain", "door+auth chained trace",
                                    "door+auth trace"),
                                   ("chain_vs_before", "door+auth chained trace",
@@ -795,6 +818,7 @@ def orchestrate(args: argparse.Namespace) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = ("bench_door_metrics" if args.metrics_only else
             "bench_door_bounds" if args.bounds_only else
+            "bench_door_durable" if args.durable_only else
             "bench_door_trace" if args.trace_only else "bench_door")
     (RESULTS / f"{name}.json").write_text(json.dumps(document, indent=2) + "\n")
     markdown = table(results, ratios, cores) + (
@@ -841,6 +865,9 @@ def main() -> None:
     parser.add_argument("--trace-only", action="store_true",
                         help="only the door writing its trace, without and with the hash "
                              "chain (results: bench_door_trace.json and .md)")
+    parser.add_argument("--durable-only", action="store_true",
+                        help="only the door with and without its tasks.db (results: "
+                             "bench_door_durable.json and .md)")
     parser.add_argument("--bounds-only", action="store_true",
                         help="only the door with and without edge limits (roster version "
                              "2; results: bench_door_bounds.json and .md)")

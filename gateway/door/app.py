@@ -44,7 +44,7 @@ from gateway.door.media_types import AcceptedModes
 from gateway.door.methods import A2AMethods
 from gateway.door.rest_binding import RestBinding
 from gateway.door.streams import StreamLimits
-from gateway.door.task_listeners import TaskListener
+from gateway.door.task_listeners import TaskJournal, TaskListener
 from gateway.door.task_record import new_id
 from gateway.door.tasks import (
     DEFAULT_MAX_FINISHED,
@@ -103,6 +103,9 @@ class DoorSettings:
     #: Where push notifications may be sent (``network.push.allow``, host[:port]
     #: entries, docs/push.md); none: the door sends none and refuses their methods.
     push_allow: tuple[str, ...] = ()
+    #: Where every change of a task is also kept (the session's ``tasks.db``, written
+    #: off the request path), when anywhere (docs/durable-tasks.md).
+    journal: TaskJournal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,7 @@ class LocalTasks:
         self.store = TaskStore(agent, settings.gate, trace,
                                max_finished=settings.max_finished_tasks,
                                max_finished_bytes=settings.max_finished_bytes)
+        self.store.journal = settings.journal
         #: Push notifications, at a door whose manifest allows webhooks somewhere.
         self.push = (PushNotifications(
             self.store, AllowList(settings.push_allow), trace,

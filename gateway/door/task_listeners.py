@@ -8,13 +8,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["TaskListener", "TaskListeners"]
+__all__ = ["JournaledTask", "TaskJournal", "TaskListener", "TaskListeners"]
 
 log = logging.getLogger("murmur.door")
 
 TaskListener = Callable[[dict[str, Any]], None]
+
+
+class JournaledTask(Protocol):
+    """What a journal reads of a task when it writes it (a door's ``TaskRecord``)."""
+
+    id: str
+    owner: str
+
+    @property
+    def terminal(self) -> bool: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+class TaskJournal(Protocol):
+    """Where a door's tasks are kept beyond its process (the launcher's ``tasks.db``):
+    told that a task changed, it must return at once (the request path waits); it reads
+    the task's state (``snapshot()``) when it writes, off the request path."""
+
+    def put(self, task: JournaledTask) -> None:
+        """``task`` changed: write its latest state soon."""
 
 
 class TaskListeners:

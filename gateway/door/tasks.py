@@ -40,7 +40,7 @@ from gateway.caller import Caller
 from gateway.door.approvals import Approvals
 from gateway.door.listing import page_of
 from gateway.door.retention import FinishedTasks, json_weight
-from gateway.door.task_listeners import TaskListeners
+from gateway.door.task_listeners import TaskJournal, TaskListeners
 from gateway.door.task_record import StreamEvent, TaskRecord, agent_message, message_text, new_id
 from gateway.errors import GatewayError
 from gateway.protocol import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
@@ -114,6 +114,8 @@ class TaskStore(TaskListeners):
         self._accepted = 0
         self._ended = 0
         self._accepting = True
+        #: Where every change of a task is also kept (durable tasks), when anywhere.
+        self.journal: TaskJournal | None = None
         #: Tasks that wait for the operator (approve: true on their edge).
         self.approvals = Approvals(trace, set_state=self._set_state, run=self._run_approved,
                                    busy_retry_ms=gate.retry_after_ms)
@@ -196,6 +198,7 @@ class TaskStore(TaskListeners):
             edge.task_created()
         self._accepted += 1
         self._tasks[record.id] = record
+        self._journal(record)
         credential = caller.credential
         span = task_span(INCOMING_TRACEPARENT.get())
         if credential.kind == "member":
@@ -386,6 +389,7 @@ class TaskStore(TaskListeners):
         self._publish(record, {"statusUpdate": {
             "taskId": record.id, "contextId": record.context_id, "status": status}})
         terminal = state in TERMINAL_STATES
+        self._journal(record)
         if terminal or state in INTERRUPTED_STATES:
             keep: list[tuple[asyncio.Future[None], bool]] = []
             for waiter, interrupted in record.waiters:
@@ -421,6 +425,10 @@ class TaskStore(TaskListeners):
         """An ended task past the retention bounds: it answers -32001 from now on."""
         self._tasks.pop(task_id, None)
 
+    def _journal(self, record: TaskRecord) -> None:
+        if self.journal is not None:
+            self.journal.put(record)
+
     def _publish(self, record: TaskRecord, event: StreamEvent) -> None:
         for queue in record.subscribers:
             queue.put_nowait(event)
@@ -453,6 +461,7 @@ class TaskStore(TaskListeners):
             record.size += json_weight(chunk) - json_weight(artifacts[index])
             artifacts[index] = chunk
         record.artifacts = artifacts
+        self._journal(record)
         event: dict[str, Any] = {"taskId": record.id, "contextId": record.context_id,
                                  "artifact": chunk}
         if append:

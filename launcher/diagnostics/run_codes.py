@@ -138,6 +138,19 @@ RUN_CODES: tuple[CodeEntry, ...] = (
         "murmur-door",
     ),
     CodeEntry(
+        "E-RUN-067", "error",
+        "A session's tasks.db cannot be read",
+        "{problem}",
+        "move the file aside (the session then starts without its earlier tasks) or "
+        "restore it from a copy, then run again",
+        "Each session keeps its door's tasks in `tasks.db` in its records directory "
+        "(docs/durable-tasks.md). A file there that is not a task database this version "
+        "reads (corrupt, another program's, a newer schema) is refused before the door "
+        "starts, naming the file and never its contents: its tasks are never silently "
+        "dropped.",
+        "murmur-door",
+    ),
+    CodeEntry(
         "E-RUN-050", "error",
         "A gateway member's A2A server exited",
         "the A2A server of {capsule} {version} exited on its own ({status}); the member "

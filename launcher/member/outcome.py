@@ -46,6 +46,7 @@ SESSION_NOT_STAGED = "E-RUN-044"
 FILE_NOT_WRITTEN = "E-RUN-048"
 UPSTREAM_NOT_READY = "E-RUN-049"
 UPSTREAM_EXITED = "E-RUN-050"
+TASK_DB_UNREADABLE = "E-RUN-067"
 
 def member_diagnostic(code: str, path: str | None = None, **values: object) -> Diagnostic:
     """``code`` from the diagnostics table, filled with ``values``."""

@@ -28,7 +28,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.auth.credentials import OperatorToken
 from gateway.door.app import Door
@@ -59,6 +59,9 @@ from launcher.member.session_start import AgentSide, StartFailed, stage
 from launcher.member.shutdown import ExitFn, ProtocolOut, SignalGuard, Watchdog, hard_exit
 from launcher.member.span_export import SpanExport
 from launcher.sandbox import descendants
+
+if TYPE_CHECKING:  # sqlite3 is imported when the door is built
+    from launcher.home.task_db import TaskDb
 
 
 @dataclass
@@ -104,6 +107,8 @@ class MemberSession:
         self.ended = asyncio.Event()
         self.watchdog = Watchdog(plan.lifeline_grace, exit_fn=plan.exit_fn)
         self.span_export: SpanExport | None = None
+        #: The session's tasks.db (launcher/home/task_db.py), once its door is built.
+        self.task_db: TaskDb | None = None
         # The parts, each holding what it alone looks after.
         self.files = SessionFiles(plan.diagnostics, json_mode=self.options.diagnostics_json)
         self.tasks = LiveTasks(on_input_required=functools.partial(ask_operator, self))

@@ -198,6 +198,8 @@ async def close(session: MemberSession) -> None:
         if session.door is not None:
             await bounded(session.door.aclose(), 2.0)
         await session.agent_side.close()
+        if session.task_db is not None:   # after the door: its last changes written
+            await bounded(asyncio.to_thread(session.task_db.close), 5.0)
         close_place(session.place)
         span_export = session.span_export
         if span_export is not None:   # after session_end: the last spans out

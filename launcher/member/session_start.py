@@ -42,7 +42,12 @@ from launcher.member.door import (
     task_env,
 )
 from launcher.member.instructions import CAPSULE_INSTRUCTIONS, write_session_instructions
-from launcher.member.outcome import CAPSULE_NOT_RUNNABLE, file_not_written, member_diagnostic
+from launcher.member.outcome import (
+    CAPSULE_NOT_RUNNABLE,
+    TASK_DB_UNREADABLE,
+    file_not_written,
+    member_diagnostic,
+)
 from launcher.member.proxy_slot import ProxySlot
 from launcher.member.session_end import bounded
 from launcher.member.span_export import start_span_export
@@ -55,6 +60,7 @@ from launcher.spawn.process import process_start_time
 
 if TYPE_CHECKING:  # imported when a member needs them: httpx and aiohttp cost a start CPU
     from gateway.proxy.forward import ForwardProxy
+    from launcher.home.task_db import TaskDb
     from launcher.member.confinement import AgentPlan
     from launcher.member.delegation.delegator import Delegator
     from launcher.member.session import MemberSession
@@ -173,9 +179,11 @@ class AgentSide:
         agent = await self._start_agent(records)
         if session.ending is not None:
             return None
-        return build_door(agent, door_settings(session, records),
-                          policy=door_policy(session, records), trace=session.bus,
-                          metrics=session.metrics)
+        settings = door_settings(session, records)
+        settings = dataclasses.replace(settings, journal=open_task_db(session, records,
+                                                          settings.max_finished_tasks))
+        return build_door(agent, settings, policy=door_policy(session, records),
+                          trace=session.bus, metrics=session.metrics)
 
     def _start_directory(self) -> None:
         credentials = self.session.place.credentials
@@ -466,6 +474,21 @@ class AgentSide:
 
 
 # --------------------------------------------------------------------- the door
+
+
+def open_task_db(session: MemberSession, records: SessionRecords,
+                 max_finished: int) -> TaskDb:
+    """The session's tasks.db (docs/durable-tasks.md), bounded as the door's memory is,
+    kept on the session to be closed at its end; ``E-RUN-067`` for a file there that is
+    not one."""
+    from launcher.home.task_db import TaskDb, TaskDbUnreadable
+
+    try:
+        task_db = TaskDb.open(records.dir, max_finished=max_finished)
+    except TaskDbUnreadable as exc:
+        raise StartFailed(member_diagnostic(TASK_DB_UNREADABLE, problem=str(exc))) from None
+    session.task_db = task_db
+    return task_db
 
 
 def door_settings(session: MemberSession, records: SessionRecords) -> DoorSettings:
