@@ -1,5 +1,5 @@
 """A session's durable tasks: ``tasks.db`` in its records directory, SQLite in WAL mode,
-mode 0600 (DESIGN section 27; docs/durable-tasks.md). The standard library's ``sqlite3``
+mode 0600 (docs/durable-tasks.md). The standard library's ``sqlite3``
 is used from one writer thread: an async wrapper would only move the same thread into a
 dependency, and the door never waits for a write.
 
