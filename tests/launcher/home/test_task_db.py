@@ -150,3 +150,15 @@ def test_close_writes_what_is_still_queued(tmp_path: Path) -> None:
     assert [stored.id for stored in again.load()] == ["last"]
     again.close()
     assert os.path.exists(tmp_path / FILE_NAME)
+
+
+def test_a_token_quoted_in_a_message_is_never_written(tmp_path: Path) -> None:
+    db = TaskDb.open(tmp_path)
+    db.put(task("a", text="use Authorization: Bearer mft1.eyJhbGciOi.c2lnbmF0dXJl please"))
+    db.close()
+    again = TaskDb.open(tmp_path)
+    (stored,) = again.load()
+    again.close()
+    assert "[redacted]" in stored.task["history"][0]["parts"][0]["text"]
+    for name in os.listdir(tmp_path):
+        assert b"mft1." not in (tmp_path / name).read_bytes(), name
