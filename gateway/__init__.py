@@ -95,6 +95,7 @@ _EXPORTS: dict[str, str] = {
     "new_session": "gateway.relay.client",
     "UpstreamInterface": "gateway.relay.interfaces",
     "JournaledTask": "gateway.door.task_listeners",
+    "KeptTask": "gateway.door.task_listeners",
     "upstream_interface": "gateway.relay.interfaces",
     "RestFraming": "gateway.relay.rest_framing",
     "build_gateway_door": "gateway.relay.tasks",
@@ -164,6 +165,7 @@ __all__ = [
     "UpstreamClient",
     "UpstreamInterface",
     "JournaledTask",
+    "KeptTask",
     "VERSION_HEADER",
     "aevent_data",
     "answer_text",
@@ -231,7 +233,7 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
     from gateway.door.card_signing import card_signature, key_id
     from gateway.door.media_types import media_type_problem
     from gateway.door.streams import StreamLimits
-    from gateway.door.task_listeners import JournaledTask
+    from gateway.door.task_listeners import JournaledTask, KeptTask
     from gateway.door.task_record import message_text
     from gateway.door.tasks import AgentFn, GateConfig, TaskRun
     from gateway.metrics import DoorMetrics

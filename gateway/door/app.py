@@ -44,7 +44,7 @@ from gateway.door.media_types import AcceptedModes
 from gateway.door.methods import A2AMethods
 from gateway.door.rest_binding import RestBinding
 from gateway.door.streams import StreamLimits
-from gateway.door.task_listeners import TaskJournal, TaskListener
+from gateway.door.task_listeners import KeptTask, TaskJournal, TaskListener
 from gateway.door.task_record import new_id
 from gateway.door.tasks import (
     DEFAULT_MAX_FINISHED,
@@ -106,6 +106,9 @@ class DoorSettings:
     #: Where every change of a task is also kept (the session's ``tasks.db``, written
     #: off the request path), when anywhere (docs/durable-tasks.md).
     journal: TaskJournal | None = None
+    #: The tasks an earlier session of this member kept, oldest first: the door starts
+    #: with them (``mur run --resume``, a restart; docs/durable-tasks.md).
+    earlier_tasks: tuple[KeptTask, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +165,7 @@ class LocalTasks:
                                max_finished=settings.max_finished_tasks,
                                max_finished_bytes=settings.max_finished_bytes)
         self.store.journal = settings.journal
+        self.store.restore(settings.earlier_tasks)
         #: Push notifications, at a door whose manifest allows webhooks somewhere.
         self.push = (PushNotifications(
             self.store, AllowList(settings.push_allow), trace,

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["JournaledTask", "TaskJournal", "TaskListener", "TaskListeners"]
+__all__ = ["JournaledTask", "KeptTask", "TaskJournal", "TaskListener", "TaskListeners"]
 
 log = logging.getLogger("murmur.door")
 
@@ -22,11 +22,27 @@ class JournaledTask(Protocol):
 
     id: str
     owner: str
+    #: When its state last changed (``time.time_ns()``): the age its bound goes by.
+    updated_ns: int
 
     @property
     def terminal(self) -> bool: ...
 
     def snapshot(self) -> dict[str, Any]: ...
+
+
+class KeptTask(Protocol):
+    """A task an earlier session of the member kept (``tasks.db``), for a door to start
+    with: its owner's name, the A2A Task, when its state last changed."""
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def task(self) -> dict[str, Any]: ...
+
+    @property
+    def updated_ns(self) -> int: ...
 
 
 class TaskJournal(Protocol):

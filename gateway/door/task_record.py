@@ -19,7 +19,8 @@ from gateway.trace.bus import utc_timestamp
 if TYPE_CHECKING:
     from gateway.auth.edge_limits import EdgeCall
 
-__all__ = ["StreamEvent", "TaskRecord", "agent_message", "message_text", "new_id"]
+__all__ = ["StreamEvent", "TaskRecord", "agent_message", "answer_messages", "message_text",
+           "new_id"]
 
 StreamEvent = dict[str, Any]
 #: What a task weighs before its messages and artifacts: the record, its status dicts.
@@ -86,6 +87,27 @@ class TaskRecord:
         if metadata:
             self.size += json_weight(metadata)
 
+    @classmethod
+    def restored(cls, task: dict[str, Any], caller: Caller) -> TaskRecord:
+        """A task an earlier session of this member kept (``tasks.db``), as it was then:
+        ``task`` is its A2A Task, ``caller`` stands for its owner. It never runs again."""
+        history = [m for m in task.get("history", ()) if isinstance(m, dict)]
+        found = task.get("status")
+        status: dict[str, Any] = found if isinstance(found, dict) else {}
+        record = cls({"messageId": new_id(), "role": "ROLE_USER", "parts": [],
+                      "contextId": str(task.get("contextId") or new_id())}, caller, None)
+        record.id = str(task["id"])
+        record.first_message = history[0] if history else record.first_message
+        record.history = history
+        record.artifacts = [a for a in task.get("artifacts", ()) if isinstance(a, dict)]
+        metadata = task.get("metadata")
+        record.metadata = metadata if isinstance(metadata, dict) and metadata else None
+        record.state = str(status.get("state") or TaskState.FAILED)
+        record.status = status or {"state": record.state, "timestamp": utc_timestamp()}
+        record.revealed = True   # it was kept: somebody may ask for it
+        record.size = _RECORD_WEIGHT + json_weight(history) + json_weight(record.artifacts)
+        return record
+
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
@@ -104,3 +126,23 @@ class TaskRecord:
         if self.metadata:
             task["metadata"] = self.metadata
         return task
+
+
+def answer_messages(record: TaskRecord) -> list[dict[str, Any]]:
+    """What the task answered beyond its history, as agent messages: one per artifact,
+    so a later task in the context reads the whole exchange. An artifact streamed in
+    chunks (a model member's answer) holds one text part per chunk: consecutive text
+    parts are read as the one text they make."""
+    return [{"messageId": artifact["artifactId"], "contextId": record.context_id,
+             "taskId": record.id, "role": "ROLE_AGENT", "parts": _joined(artifact["parts"])}
+            for artifact in record.artifacts if artifact.get("parts")]
+
+
+def _joined(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    joined: list[dict[str, Any]] = []
+    for part in parts:
+        if joined and part.keys() == {"text"} and joined[-1].keys() == {"text"}:
+            joined[-1] = {"text": joined[-1]["text"] + part["text"]}
+        else:
+            joined.append(part)
+    return joined

@@ -12,6 +12,13 @@
   :class:`TaskRun`, the handle through which the agent reports status, artifacts, asks for
   input, rejects or replies. Its return value completes the task with one text artifact;
   an exception fails it with its message; CancelTask cancels its coroutine.
+* **Contexts.** A task in the ``contextId`` of earlier tasks of the same owner reads
+  their exchange (:meth:`TaskStore.context_history`: each one's messages, then its
+  artifacts as agent messages), so a conversation goes on across tasks; an index by
+  context keeps that one lookup for a new context.
+* **Earlier sessions.** :meth:`TaskStore.restore` takes the tasks a member's earlier
+  session kept (``mur run --resume``, a restart): each answers its owner again; one that
+  was live then is ``FAILED`` with a message saying so, never silently gone.
 * **Retention.** Ended tasks are kept for GetTask and ListTasks within two bounds, a
   count (``max_finished``) and a byte budget (``max_finished_bytes``); past either the
   oldest ended task is forgotten first, and answers ``-32001`` like an unknown id. A
@@ -36,12 +43,19 @@ from typing import Any, Literal
 from gateway.a2a.jsonrpc import RpcError, member_busy
 from gateway.a2a.models import ListTasksRequest
 from gateway.auth.edge_limits import EDGE_CALL
-from gateway.caller import Caller
+from gateway.caller import Caller, Credential, CredentialKind
 from gateway.door.approvals import Approvals
 from gateway.door.listing import page_of
 from gateway.door.retention import FinishedTasks, json_weight
-from gateway.door.task_listeners import TaskJournal, TaskListeners
-from gateway.door.task_record import StreamEvent, TaskRecord, agent_message, message_text, new_id
+from gateway.door.task_listeners import KeptTask, TaskJournal, TaskListeners
+from gateway.door.task_record import (
+    StreamEvent,
+    TaskRecord,
+    agent_message,
+    answer_messages,
+    message_text,
+    new_id,
+)
 from gateway.errors import GatewayError
 from gateway.protocol import INTERRUPTED_STATES, TERMINAL_STATES, TaskState
 from gateway.trace.bus import TraceBus, utc_timestamp
@@ -107,6 +121,8 @@ class TaskStore(TaskListeners):
         self.gate = gate
         self._trace = trace
         self._tasks: dict[str, TaskRecord] = {}
+        #: The ids of each context's tasks still kept, oldest first.
+        self._contexts: dict[str, list[str]] = {}
         #: Ended tasks still kept, within their bounds (gateway/door/retention.py).
         self.finished = FinishedTasks(max_finished, max_finished_bytes, self._forget)
         self._running: set[TaskRecord] = set()
@@ -162,6 +178,60 @@ class TaskStore(TaskListeners):
         return {"tasks": tasks, "nextPageToken": page.next_token, "pageSize": page.page_size,
                 "totalSize": page.total}
 
+    def context_history(self, record: TaskRecord) -> list[dict[str, Any]]:
+        """The exchange before ``record`` in its context, oldest first: each earlier task
+        of the same owner still kept, its messages and then its answers (artifacts) as
+        agent messages. Empty for a new context (one lookup)."""
+        ids = self._contexts.get(record.context_id)
+        if ids is None or ids[0] == record.id:
+            return []
+        messages: list[dict[str, Any]] = []
+        for task_id in ids:
+            if task_id == record.id:
+                break
+            earlier = self._tasks[task_id]
+            if earlier.owner == record.owner:
+                messages += earlier.history
+                messages += answer_messages(earlier)
+        return messages
+
+    # --- earlier sessions ------------------------------------------------------------
+
+    def restore(self, kept: Iterable[KeptTask]) -> int:
+        """Start with the tasks an earlier session of this member kept, oldest first:
+        each answers its owner again (and the operator); one that was live when that
+        session ended is FAILED now with a message saying so, and written so to the
+        journal. Ended ones count against the retention bounds. Returns how many were
+        live."""
+        failed = 0
+        for entry in kept:
+            task = entry.task
+            if not isinstance(task.get("id"), str) or task["id"] in self._tasks:
+                continue
+            record = TaskRecord.restored(task, _owner_caller(entry.owner))
+            record.updated_ns = entry.updated_ns
+            self._keep(record)
+            if not record.terminal:
+                failed += 1
+                self._fail_restored(record)
+            self.finished.remember(record.id, record.size)
+            self._journal(record)
+        return failed
+
+    def _fail_restored(self, record: TaskRecord) -> None:
+        was = record.state.removeprefix("TASK_STATE_").lower().replace("_", "-")
+        reason = (f"the member's earlier session ended while this task was {was}; it did "
+                  "not finish and will not: send the message again for a new task")
+        message = agent_message(reason, record.context_id, record.id)
+        record.history = [*record.history, message]
+        record.size += json_weight(message)
+        record.state = TaskState.FAILED
+        record.status = {"state": TaskState.FAILED, "message": message,
+                         "timestamp": utc_timestamp()}
+        record.updated_ns = time.time_ns()
+        self._trace.emit("task_state", task_id=record.id, state=TaskState.FAILED,
+                         reason=reason)
+
     # --- sending ---------------------------------------------------------------------
 
     def send(self, message: dict[str, Any], caller: Caller,
@@ -197,7 +267,7 @@ class TaskStore(TaskListeners):
             record.edge = edge
             edge.task_created()
         self._accepted += 1
-        self._tasks[record.id] = record
+        self._keep(record)
         self._journal(record)
         credential = caller.credential
         span = task_span(INCOMING_TRACEPARENT.get())
@@ -417,13 +487,24 @@ class TaskStore(TaskListeners):
     def _remember_finished(self, record: TaskRecord) -> None:
         if record.reply is not None and not record.revealed:
             # Answered with a Message alone: the task is not kept.
-            self._tasks.pop(record.id, None)
+            self._forget(record.id)
             return
         self.finished.remember(record.id, record.size)
 
+    def _keep(self, record: TaskRecord) -> None:
+        self._tasks[record.id] = record
+        self._contexts.setdefault(record.context_id, []).append(record.id)
+
     def _forget(self, task_id: str) -> None:
         """An ended task past the retention bounds: it answers -32001 from now on."""
-        self._tasks.pop(task_id, None)
+        record = self._tasks.pop(task_id, None)
+        if record is None:
+            return
+        ids = self._contexts.get(record.context_id)
+        if ids is not None:
+            ids.remove(task_id)
+            if not ids:
+                del self._contexts[record.context_id]
 
     def _journal(self, record: TaskRecord) -> None:
         if self.journal is not None:
@@ -522,6 +603,12 @@ class TaskRun:
         return self._record.state
 
     @property
+    def history(self) -> list[dict[str, Any]]:
+        """The context's exchange before this task (:meth:`TaskStore.context_history`):
+        a conversation continued in the same ``contextId``, after a resume too."""
+        return self._store.context_history(self._record)
+
+    @property
     def ended(self) -> bool:
         return self._record.terminal
 
@@ -579,6 +666,15 @@ def acts_as_operator(caller: Caller) -> bool:
     """The session's operator; at a public door (nothing authenticated, every caller is
     ``public``) every caller is, as nobody can be told apart from the operator there."""
     return caller.credential.kind in ("operator", "public")
+
+
+def _owner_caller(owner: str) -> Caller:
+    """Who stands for the owner of a restored task (it never runs: only its owner's name
+    is read, by visibility)."""
+    kind: CredentialKind = "operator" if owner == "operator" \
+        else "member" if owner.startswith("member:") else "bearer"
+    return Caller(Credential(kind=kind, name=owner, scopes=frozenset(), owner=owner),
+                  origin="client", trust="untrusted")
 
 
 def _may_see(caller: Caller, record: TaskRecord) -> bool:

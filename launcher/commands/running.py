@@ -57,7 +57,12 @@ def _register_run(subparsers: Any) -> None:
     run.add_argument("--lifecycle-after-task", choices=("exit", "sleep"),
                      help="override the manifest's lifecycle.after_task")
     run.add_argument("--resume", metavar="SESSION",
-                     help="continue an earlier session's conversation (not with --roster)")
+                     help="continue an earlier session's conversation (not with --roster): "
+                          "its tasks answer their owners again, a live one FAILED")
+    run.add_argument("--discard-tasks", action="store_true",
+                     help="with --resume: start without the session's earlier tasks; its "
+                          "tasks.db (readable or not) is kept aside as "
+                          "tasks.db.discarded-<time>, never deleted")
     run.add_argument("--rebuild", action="store_true",
                      help="with --roster: pack and install (replacing) every member whose "
                           "capsule source is in the project before admission, so edits run")

@@ -141,8 +141,8 @@ RUN_CODES: tuple[CodeEntry, ...] = (
         "E-RUN-067", "error",
         "A session's tasks.db cannot be read",
         "{problem}",
-        "move the file aside (the session then starts without its earlier tasks) or "
-        "restore it from a copy, then run again",
+        "restore the file from a copy and run again, or run again with --discard-tasks "
+        "to start without the earlier tasks (the file is kept aside, never deleted)",
         "Each session keeps its door's tasks in `tasks.db` in its records directory "
         "(docs/durable-tasks.md). A file there that is not a task database this version "
         "reads (corrupt, another program's, a newer schema) is refused before the door "

@@ -26,11 +26,12 @@ In this order:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
-import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -40,7 +41,9 @@ from launcher.errors import LauncherError
 if TYPE_CHECKING:
     from gateway import JournaledTask
 
-__all__ = ["StoredTask", "TaskDb", "TaskDbUnreadable"]
+__all__ = ["StoredTask", "TaskDb", "TaskDbUnreadable", "put_aside"]
+
+log = logging.getLogger("murmur.member")
 
 FILE_NAME: Final = "tasks.db"
 SCHEMA_VERSION: Final = 1
@@ -79,6 +82,7 @@ class StoredTask:
     state: str
     terminal: bool
     task: dict[str, Any]
+    updated_ns: int
 
 
 class TaskDb:
@@ -90,6 +94,8 @@ class TaskDb:
         self._max_finished = max_finished
         self._pending: dict[str, JournaledTask] = {}
         self._lock = threading.Lock()
+        #: One transaction at a time (the writer's, a load's or close's flush).
+        self._transaction = threading.Lock()
         self._wake = threading.Event()
         self._closing = False
         self.writes = 0
@@ -129,10 +135,19 @@ class TaskDb:
     # 3. the writer -------------------------------------------------------------------
 
     def _write_loop(self) -> None:
+        failing = False
         while True:
             self._wake.wait(FLUSH_SECONDS)
             self._wake.clear()
-            self.flush()
+            try:
+                self.flush()
+                failing = False
+            # A full disk, say: told once, the batch kept and tried again.
+            except (sqlite3.Error, OSError, ValueError, TypeError) as exc:
+                if not failing:
+                    log.warning("%s: a write failed (%s: %s); trying again",
+                                self.path, type(exc).__name__, exc)
+                failing = True
             if self._closing:
                 return
 
@@ -142,18 +157,22 @@ class TaskDb:
             tasks, self._pending = list(self._pending.values()), {}
         if not tasks:
             return
-        now = time.time_ns()
-        encoded = [_row(task, now) for task in tasks]
-        self._db.execute("BEGIN")
-        try:
-            self._db.executemany(_UPSERT, encoded)
-            if self.writes % BOUND_EVERY == 0:
-                self._db.execute(_BOUND, (self._max_finished,))
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self.writes += 1
+        encoded = [_row(task) for task in tasks]
+        with self._transaction:
+            try:
+                self._db.execute("BEGIN")
+                self._db.executemany(_UPSERT, encoded)
+                if self.writes % BOUND_EVERY == 0:
+                    self._db.execute(_BOUND, (self._max_finished,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                with self._lock:   # nothing queued is dropped: a newer snapshot wins
+                    for task in tasks:
+                        self._pending.setdefault(task.id, task)
+                raise
+            self.writes += 1
 
     # 4. load -------------------------------------------------------------------------
 
@@ -161,13 +180,14 @@ class TaskDb:
         """Every task kept, oldest first."""
         self.flush()
         found = []
-        for row in self._db.execute("SELECT id, context_id, owner, state, terminal, task "
-                                    "FROM tasks ORDER BY updated_ns"):
+        for row in self._db.execute("SELECT id, context_id, owner, state, terminal, task, "
+                                    "updated_ns FROM tasks ORDER BY updated_ns, rowid"):
             try:
                 task = json.loads(row[5])
             except ValueError:
                 raise TaskDbUnreadable(f"{self.path} holds a task that is not JSON") from None
-            found.append(StoredTask(row[0], row[1], row[2], row[3], bool(row[4]), task))
+            found.append(StoredTask(row[0], row[1], row[2], row[3], bool(row[4]), task,
+                                     int(row[6])))
         return found
 
     # 5. close ------------------------------------------------------------------------
@@ -181,7 +201,23 @@ class TaskDb:
         self._db.close()
 
 
-def _row(task: JournaledTask, now: int) -> tuple[Any, ...]:
+def put_aside(folder: Path) -> Path | None:
+    """``mur run --resume --discard-tasks``: the ``tasks.db`` in ``folder`` (and its
+    ``-wal`` and ``-shm``) renamed ``tasks.db.discarded-<UTC time>``, never deleted;
+    the new name, or None when there was none."""
+    path = folder / FILE_NAME
+    if not path.exists():
+        return None
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    aside = folder / f"{FILE_NAME}.discarded-{stamp}"
+    for suffix in ("", "-wal", "-shm"):
+        side = Path(f"{path}{suffix}")
+        if side.exists():
+            os.replace(side, Path(f"{aside}{suffix}"))
+    return aside
+
+
+def _row(task: JournaledTask) -> tuple[Any, ...]:
     snapshot = task.snapshot()
     text = json.dumps(snapshot, separators=(",", ":"))
     # No token in any file but operator.token: a message may quote one, redacted as the
@@ -192,7 +228,7 @@ def _row(task: JournaledTask, now: int) -> tuple[Any, ...]:
     status = snapshot.get("status")
     state = str(status.get("state", "")) if isinstance(status, dict) else ""
     return (task.id, str(snapshot.get("contextId", "")), task.owner, state,
-            1 if task.terminal else 0, now, text)
+            1 if task.terminal else 0, task.updated_ns, text)
 
 
 def _prepare(connection: sqlite3.Connection, path: Path) -> None:

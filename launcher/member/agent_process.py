@@ -533,9 +533,13 @@ async def _artifact(run: TaskRun, args: dict[str, Any]) -> str:
 
 
 def _task_fields(run: TaskRun) -> dict[str, Any]:
-    return {"id": run.id, "context_id": run.context_id, "message": run.message,
-            "message_id": run.message_id, "text": run.text, "origin": run.caller.origin,
-            "trust": run.caller.trust}
+    fields: dict[str, Any] = {"id": run.id, "context_id": run.context_id, "message": run.message,
+              "message_id": run.message_id, "text": run.text, "origin": run.caller.origin,
+              "trust": run.caller.trust}
+    history = run.history
+    if history:  # a new context (most tasks) sends nothing more
+        fields["history"] = history
+    return fields
 
 
 #: The fields of the runtime's own errors that the agent process rebuilds them from.

@@ -165,6 +165,14 @@ class TaskContext:
         return self._run.text
 
     @property
+    def history(self) -> list[dict[str, Any]]:
+        """The context's exchange before this task, oldest first (A2A messages: each
+        earlier task's messages, then its answers as agent messages); empty in a new
+        context. A follow-up in an earlier ``contextId`` reads the conversation so far,
+        after ``mur run --resume`` too."""
+        return self._run.history
+
+    @property
     def origin(self) -> str:
         """``operator``, ``peer``, ``client`` or ``public``: from the caller's credential."""
         return self._run.caller.origin

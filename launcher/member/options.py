@@ -60,6 +60,9 @@ class MemberOptions:
     listener: Listener | None = None
     #: ``--card-signing-key``: the key a standalone door signs its card with.
     card_key: CardKey | None = None
+    #: ``--discard-tasks`` (with ``--resume``): start without the earlier tasks, their
+    #: ``tasks.db`` kept aside.
+    discard_tasks: bool = False
 
     @property
     def diagnostics_json(self) -> bool:
@@ -106,6 +109,10 @@ def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> Me
                          "members from their sources in the project; for one capsule, "
                          "`mur pack` and `mur install --force` it")
     resume: str | None = getattr(args, "resume", None)
+    discard_tasks = bool(getattr(args, "discard_tasks", False))
+    if discard_tasks and resume is None:
+        raise UsageError("--discard-tasks is taken with --resume only: a new session has no "
+                         "earlier tasks to discard")
     if resume is not None and not is_session_id(resume):
         raise UsageError(f"--resume `{resume[:40]}` is not a session id (ses_ followed by "
                          "32 lowercase hex digits); `mur ps` and `mur trace show` name them")
@@ -134,6 +141,7 @@ def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> Me
         task_acceptance=getattr(args, "lifecycle_task_acceptance", None),
         after_task=getattr(args, "lifecycle_after_task", None),
         resume=resume,
+        discard_tasks=discard_tasks,
         json=bool(getattr(args, "json", False)),
         card_key=card_key,
     )

@@ -60,7 +60,7 @@ from launcher.spawn.process import process_start_time
 
 if TYPE_CHECKING:  # imported when a member needs them: httpx and aiohttp cost a start CPU
     from gateway.proxy.forward import ForwardProxy
-    from launcher.home.task_db import TaskDb
+    from launcher.home.task_db import StoredTask, TaskDb
     from launcher.member.confinement import AgentPlan
     from launcher.member.delegation.delegator import Delegator
     from launcher.member.session import MemberSession
@@ -180,8 +180,9 @@ class AgentSide:
         if session.ending is not None:
             return None
         settings = door_settings(session, records)
-        settings = dataclasses.replace(settings, journal=open_task_db(session, records,
-                                                          settings.max_finished_tasks))
+        task_db = open_task_db(session, records, settings.max_finished_tasks)
+        settings = dataclasses.replace(settings, journal=task_db,
+                                       earlier_tasks=earlier_tasks(session, task_db))
         return build_door(agent, settings, policy=door_policy(session, records),
                           trace=session.bus, metrics=session.metrics)
 
@@ -480,15 +481,33 @@ def open_task_db(session: MemberSession, records: SessionRecords,
                  max_finished: int) -> TaskDb:
     """The session's tasks.db (docs/durable-tasks.md), bounded as the door's memory is,
     kept on the session to be closed at its end; ``E-RUN-067`` for a file there that is
-    not one."""
-    from launcher.home.task_db import TaskDb, TaskDbUnreadable
+    not one. With ``--discard-tasks`` the file there is first put aside, whatever it
+    holds."""
+    from launcher.home.task_db import TaskDb, TaskDbUnreadable, put_aside
 
+    if session.options.discard_tasks:
+        aside = put_aside(records.dir)
+        if aside is not None:
+            session.bus.emit("tasks_discarded", kept_as=aside.name)
     try:
         task_db = TaskDb.open(records.dir, max_finished=max_finished)
     except TaskDbUnreadable as exc:
         raise StartFailed(member_diagnostic(TASK_DB_UNREADABLE, problem=str(exc))) from None
     session.task_db = task_db
     return task_db
+
+
+def earlier_tasks(session: MemberSession, task_db: TaskDb) -> tuple[StoredTask, ...]:
+    """What a resumed session's door starts with: the tasks its tasks.db kept (a new
+    session's is empty, and is not read)."""
+    if session.options.resume is None:
+        return ()
+    from launcher.home.task_db import TaskDbUnreadable
+
+    try:
+        return tuple(task_db.load())
+    except TaskDbUnreadable as exc:
+        raise StartFailed(member_diagnostic(TASK_DB_UNREADABLE, problem=str(exc))) from None
 
 
 def door_settings(session: MemberSession, records: SessionRecords) -> DoorSettings:

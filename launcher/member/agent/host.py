@@ -449,6 +449,7 @@ class RemoteRun:
         self.message: dict[str, Any] = task.get("message", {})
         self.message_id: str = task.get("message_id", "")
         self.text: str = task.get("text", "")
+        self.history: list[dict[str, Any]] = task.get("history", [])
         self.caller = _Caller(task.get("origin", "public"), task.get("trust", "untrusted"))
         self.ended = False
 

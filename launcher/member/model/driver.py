@@ -2,7 +2,9 @@
 
 The runtime calls it once per turn, as it calls a ``python`` agent's ``run``
 (launcher/member/agent_process.py decides the turns). On the first turn of a task the
-conversation starts with the system prompt (prompt.py) and the task's text; on a later
+conversation starts with the system prompt (prompt.py), the context's earlier exchange
+(``task.history``: a follow-up in an earlier ``contextId``, after a resume too, as user
+and assistant messages) and the task's text; on a later
 turn it continues with ``task.replies``, the answers to the calls of the turn before,
 fenced under ``member:<name>`` (or ``child:<name>``). Within a turn, in order:
 
@@ -31,6 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway import message_text
 from launcher.member.model.endpoint import ChatEndpoint, Completion, ModelError
 from launcher.member.model.prompt import capsule_block, system_prompt
 from launcher.member.model.settings import ModelSettings
@@ -119,6 +122,7 @@ class ModelDriver:
             member=self._environment.member, formation_id=self._environment.formation_id,
             callees=descriptions, delegates=self._capsules)
         return [{"role": "system", "content": system_prompt(block, task.instructions)},
+                *earlier_turns(getattr(task, "history", ())),
                 {"role": "user", "content": task.text}]
 
     async def _callee_descriptions(self, task: Any) -> dict[str, str]:
@@ -217,3 +221,15 @@ class ModelDriver:
             fields["arguments"] = arguments
             fields["result"] = outcome.text
         await self._record(task.id, "tool_call", fields)
+
+
+def earlier_turns(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A context's earlier A2A messages as chat messages: a user's as ``user``, an
+    agent's as ``assistant``, each its text parts (a message with none is left out)."""
+    turns: list[dict[str, Any]] = []
+    for message in history:
+        text = message_text(message)
+        if text:
+            role = "user" if message.get("role") == "ROLE_USER" else "assistant"
+            turns.append({"role": role, "content": text})
+    return turns

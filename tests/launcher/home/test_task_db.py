@@ -12,7 +12,7 @@ import stat
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ class Task:
     owner: str
     state: str
     text: str = "hi"
+    updated_ns: int = field(default_factory=time.time_ns)
 
     @property
     def terminal(self) -> bool:
@@ -94,7 +95,7 @@ def test_what_was_written_survives_a_sigkill_of_the_writer(tmp_path: Path) -> No
         "db = TaskDb.open(Path(sys.argv[1]))\n"
         "for n in range(50):\n"
         "    snap = {'id': f't{n}', 'contextId': 'c', 'status': {'state': 'TASK_STATE_WORKING'}}\n"
-        "    db.put(SimpleNamespace(id=f't{n}', owner='operator', terminal=False,\n"
+        "    db.put(SimpleNamespace(id=f't{n}', owner='operator', terminal=False, updated_ns=n,\n"
         "                           snapshot=lambda snap=snap: snap))\n"
         "time.sleep(0.5)\n"
         "print('written', flush=True)\n"
@@ -162,3 +163,37 @@ def test_a_token_quoted_in_a_message_is_never_written(tmp_path: Path) -> None:
     assert "[redacted]" in stored.task["history"][0]["parts"][0]["text"]
     for name in os.listdir(tmp_path):
         assert b"mft1." not in (tmp_path / name).read_bytes(), name
+
+
+class FailingOnce:
+    """A connection whose first batch of writes fails, as on a full disk."""
+
+    def __init__(self, real: sqlite3.Connection) -> None:
+        self.real = real
+        self.failed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.real.executemany(sql, rows)
+
+
+def test_a_failed_write_keeps_its_tasks_queued_and_writes_them_next_time(
+        tmp_path: Path) -> None:
+    db = TaskDb.open(tmp_path)
+    failing = FailingOnce(db._db)
+    db._db = failing  # type: ignore[assignment]
+    db.put(task("a", "TASK_STATE_COMPLETED"))
+    deadline = time.monotonic() + 5
+    rows: list[Any] = []
+    while time.monotonic() < deadline and not rows:
+        time.sleep(0.05)
+        with sqlite3.connect(tmp_path / FILE_NAME) as reader:
+            rows = reader.execute("SELECT id, state FROM tasks").fetchall()
+    db.close()
+    assert failing.failed
+    assert rows == [("a", "TASK_STATE_COMPLETED")]
