@@ -351,9 +351,15 @@ class FormationTransport(httpx.AsyncBaseTransport):
         _mark_redirect(request, response)
         return response
 
+    def doors_moved(self, callees: Iterable[str]) -> None:
+        """``callees`` have new doors (a restarted member): their next request asks the
+        directory again. Calls already sent to an old door fail there, at once."""
+        for callee in callees:
+            self._shared.known.pop(callee, None)
+
     async def _door(self, request: httpx.Request, callee: str) -> _Door:
-        """The callee's door. A door URL arrives once per formation and a door never
-        moves (a peer that ends, ends the formation), so it is asked for only once."""
+        """The callee's door: asked of the directory once, and again only when the
+        runtime says it moved (:meth:`doors_moved`)."""
         shared = self._shared
         door = shared.known.get(callee)
         if door is not None:

@@ -276,6 +276,12 @@ class Capabilities(Strict):
     filesystem: FilesystemGrant = Field(default_factory=FilesystemGrant)
 
 
+class RestartLimit(Strict):
+    count: int = Field(default=3, ge=1, le=1000,
+                       description="restarts at most this many times within `within`")
+    within: Duration = 600
+
+
 class Lifecycle(Strict):
     task_acceptance: Literal["single", "queue"] = "queue"
     after_task: Literal["exit", "sleep"] = "sleep"
@@ -283,6 +289,10 @@ class Lifecycle(Strict):
     queue_depth: int = Field(default=0, ge=0, le=100_000,
                              description="tasks held waiting beyond those running")
     idle_timeout: Duration | None = None
+    #: In a formation: whether the launcher starts a peer that failed again
+    #: (docs/restarts.md); a version 2 roster may set it per member.
+    restart: Literal["never", "on-failure"] = "never"
+    restart_limit: RestartLimit = Field(default_factory=RestartLimit)
 
     @property
     def holds(self) -> int:

@@ -39,6 +39,7 @@ from launcher.admission.artifacts import artifact_name
 from launcher.admission.bounds import FormationBounds, formation_bounds
 from launcher.admission.lock import LockPin, read_lock, write_lock
 from launcher.admission.manifest import Manifest
+from launcher.admission.restart_policy import RestartPolicy, restart_policy
 from launcher.admission.roster_structure import (
     ROSTER_FILE,
     MemberSpec,
@@ -74,6 +75,8 @@ class AdmittedMember:
     manifest: Manifest
     store: StoreKind
     index: int
+    #: Whether the launcher starts it again when it fails (docs/restarts.md).
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
 
     def field(self, key: str | None = None) -> str:
         return f"members[{self.index}]" + (f".{key}" if key else "")
@@ -154,7 +157,8 @@ def _bind_member(project_dir: Path, member: MemberSpec, file: str) -> AdmittedMe
             fix=inner.diagnostic.hint) from None
     return AdmittedMember(name=member.name, capsule=member.capsule, version=member.version,
                           entry=member.entry, sha256=artifact.sha256, artifact=artifact.path,
-                          manifest=artifact.manifest, store=artifact.store, index=member.index)
+                          manifest=artifact.manifest, store=artifact.store, index=member.index,
+                          restart=restart_policy(member, artifact.manifest))
 
 
 def _bind_members(project_dir: Path, roster: RosterStructure, *, honour_lock: bool

@@ -36,7 +36,8 @@ MEMBER_KEYS = ("name", "capsule", "version", "entry")
 RULE_KEYS = ("from", "to")
 #: What ``roster_version: 2`` adds (docs/bounds.md); version 1 refuses each of them.
 V2_TOP_KEYS = (*TOP_KEYS, "limits")
-V2_MEMBER_KEYS = (*MEMBER_KEYS, "limits")
+V2_MEMBER_KEYS = (*MEMBER_KEYS, "limits", "restart", "restart_limit")
+RESTART_KEYS = ("count", "within")
 V2_RULE_KEYS = (*RULE_KEYS, "limits", "approve", "approve_timeout")
 DEPTH_KEYS = ("depth",)
 MEMBER_LIMIT_KEYS = ("calls", "tokens")
@@ -68,6 +69,10 @@ class MemberSpec:
     entry: bool
     index: int
     limits: Mapping[str, Bound] = field(default_factory=dict)
+    #: Version 2: ``restart`` (``never`` or ``on-failure``) and ``restart_limit``
+    #: (count, seconds), when written; else the capsule's ``lifecycle`` says.
+    restart: str | None = None
+    restart_limit: tuple[int, int] | None = None
 
     def field(self, key: str | None = None) -> str:
         return f"members[{self.index}]" + (f".{key}" if key else "")
@@ -210,8 +215,35 @@ def _member(value: Any, index: int, roster_version: int = 1) -> MemberSpec:
                           "write `entry: true` on the entry member and leave it out elsewhere")
     limits = _limits(fields["limits"], (*location, "limits"), MEMBER_LIMIT_KEYS,
                      "{calls: 200, tokens: 2000000}") if "limits" in fields else {}
+    restart = fields.get("restart")
+    if "restart" in fields and restart not in ("never", "on-failure"):
+        at = (*location, "restart")
+        raise _ShapeFault(at, f"`{dotted(at)}` must be `never` or `on-failure`, not "
+                          f"{describe_value(restart)}",
+                          "write `restart: on-failure` to have the launcher start the member "
+                          "again when it fails")
     return MemberSpec(name=name, capsule=capsule, version=version, entry=entry, index=index,
-                      limits=limits)
+                      limits=limits, restart=restart,
+                      restart_limit=_restart_limit(fields["restart_limit"], location)
+                      if "restart_limit" in fields else None)
+
+
+def _restart_limit(value: Any, location: Location) -> tuple[int, int]:
+    """A member's ``restart_limit``: ``{count: 3, within: 10m}`` (both optional)."""
+    at = (*location, "restart_limit")
+    fields = _mapping(value, at, RESTART_KEYS, "a restart limit",
+                      "write it as `{count: 3, within: 10m}`")
+    count = fields.get("count", 3)
+    if type(count) is not int or not 1 <= count <= 1000:
+        raise _ShapeFault((*at, "count"), f"`{dotted((*at, 'count'))}` must be a whole number "
+                          f"from 1 to 1000, not {describe_value(count)}",
+                          "write `count: 3`")
+    try:
+        within = parse_duration(fields.get("within", "10m"))
+    except ValueError as problem:
+        raise _ShapeFault((*at, "within"), f"`{dotted((*at, 'within'))}` {problem}",
+                          f"write a duration such as `10m` ({DURATION_FORMS})") from None
+    return count, within
 
 
 def _check_capsule(capsule: str, location: Location) -> None:

@@ -196,6 +196,15 @@ MEANINGS: dict[str, tuple[str, str]] = {
                               "them a new task is `-32050` member busy.", "2"),
     "lifecycle.idle_timeout": ("End the session after this long without a task "
                                "(a duration: `30s`, `10m`, `2h`, `7d`).", "10m"),
+    "lifecycle.restart": ("In a formation, a peer that fails while the formation runs: "
+                          "`never` (it stays down; calls to it fail) or `on-failure` (the "
+                          "launcher starts it again as the same member, its tasks kept). A "
+                          "version 2 roster's `restart` on the member wins.", "on-failure"),
+    "lifecycle.restart_limit": ("At most `count` restarts within `within`; the next failure "
+                                "leaves the member down.", "{count: 3, within: 10m}"),
+    "lifecycle.restart_limit.count": ("Restarts allowed within `within` (1 to 1000).", "3"),
+    "lifecycle.restart_limit.within": ("The window the restarts are counted in (a "
+                                       "duration).", "10m"),
     "inference": ("Limits of the agent's turns; for `agent.model`, the endpoint it drives.",
                   "{max_turns: 8}"),
     "inference.max_turns": ("Turns per task (1 to 1000): calls of `run`, or a model "

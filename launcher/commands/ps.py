@@ -20,7 +20,8 @@ def _session_row(record: RunningRecord, entry: str | None) -> dict[str, Any]:
             "capsule": record.capsule, "version": record.version,
             "door_url": record.door_url, "records_dir": record.records_dir,
             "started": record.started, "tasks": live_tasks(record.records_dir),
-            "parent_session": record.parent_session, "children": []}
+            "parent_session": record.parent_session, "restarts": record.restarts,
+            "children": []}
 
 
 def running_state(live: list[RunningRecord]) -> dict[str, Any]:
@@ -84,11 +85,12 @@ def render_ps(state: dict[str, Any]) -> str:
                     else "launcher gone")
         lines.append(f"formation {formation['formation_id']}  {launcher}  project "
                      f"{formation['project_dir'] or '-'}")
-        rows = [["MEMBER", "ENTRY", "SESSION", "PID", "TASKS", "DOOR"]]
+        rows = [["MEMBER", "ENTRY", "SESSION", "PID", "RESTARTS", "TASKS", "DOOR"]]
         rows += [[_child_label(depth, m["member"] or f"child:{_name(m['capsule'])}"
                                if depth else m["member"] or "-"),
                   "yes" if m["entry"] else "", m["session_id"],
-                  str(m["pid"]), render_tasks(m["tasks"]), m["door_url"] or "-"]
+                  str(m["pid"]), str(m["restarts"]), render_tasks(m["tasks"]),
+                  m["door_url"] or "-"]
                  for depth, m in _with_children(formation["members"])]
         lines += _table(rows, "  ") if len(rows) > 1 else ["  (no member running)"]
     if state["sessions"]:

@@ -63,6 +63,10 @@ def _register_run(subparsers: Any) -> None:
                      help="with --resume: start without the session's earlier tasks; its "
                           "tasks.db (readable or not) is kept aside as "
                           "tasks.db.discarded-<time>, never deleted")
+    # The launcher's own, when it starts a failed peer again (docs/restarts.md): the
+    # session it follows and how many restarts this one makes.
+    run.add_argument("--restarted-from", metavar="SESSION", help=argparse.SUPPRESS)
+    run.add_argument("--restart-count", type=int, default=0, help=argparse.SUPPRESS)
     run.add_argument("--rebuild", action="store_true",
                      help="with --roster: pack and install (replacing) every member whose "
                           "capsule source is in the project before admission, so edits run")

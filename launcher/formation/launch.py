@@ -45,7 +45,12 @@ from launcher.admission.sources import rebuild, source_warnings
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
 from launcher.durations import format_deadline, parse_deadline
 from launcher.formation.ending import FormationEnd, end_members, exit_code, run_retention
-from launcher.formation.members import LaunchedMember, start_member, template_env
+from launcher.formation.members import (
+    LaunchedMember,
+    close_quietly,
+    start_member,
+    template_env,
+)
 from launcher.formation.output import formation_line
 from launcher.formation.printing import copy_result, report, say, show_formation_line
 from launcher.formation.ready import (
@@ -59,6 +64,7 @@ from launcher.formation.ready import (
     ready_seconds,
 )
 from launcher.formation.record import LauncherRecord
+from launcher.formation.restarts import RestartBook, restarted_line, stays_down_line
 from launcher.formation.sealing import FormationSeals
 from launcher.formation.template import MemberTemplate, TemplateFailed
 from launcher.formation.waiting import ReadyBounds, await_peers
@@ -231,6 +237,10 @@ class Launch:
         self._template: MemberTemplate | None = None
         #: The traces' seals, once the formation directory exists (docs/audit.md).
         self._seals: FormationSeals | None = None
+        #: Restarts of failed peers (docs/restarts.md), and the sessions they ended.
+        self._restarts = RestartBook()
+        self._ended_sessions: list[str] = []
+        self._ending = False
 
     # --- the whole launch ---------------------------------------------------------------
 
@@ -262,6 +272,7 @@ class Launch:
             self._template = await self._start_template()
             outcome = await self._launch()
         finally:
+            self._ending = True     # a restart under way starts nothing more
             await end_members(self.members.values(), self._hurry)
             if self._seals is not None:     # every member stopped: the last seal
                 await self._seals.final(self.members.values())
@@ -269,8 +280,9 @@ class Launch:
                 await asyncio.to_thread(self._template.close)
             # A member killed with SIGKILL left its agent side's cgroup: end it whole.
             await asyncio.to_thread(end_left_over, [
-                member.ready.session_id for member in self.members.values()
-                if member.ready is not None])
+                *self._ended_sessions, *(member.ready.session_id
+                                         for member in self.members.values()
+                                         if member.ready is not None)])
         return outcome
 
     def _on_signal(self, signum: int) -> None:
@@ -395,12 +407,78 @@ class Launch:
         return doors
 
     async def _watch_peer(self, member: LaunchedMember) -> None:
-        """Say so when a ready peer ends while the formation still runs: calls to it
-        fail from then on, and the lines behind its name above say why."""
-        code = await member.process.wait_async()
-        if member.lifeline_closed_at is None:
-            say(f"[mur run] warning: member `{member.name}` ended with "
-                f"{describe_exit(code)} while the formation runs; calls to it fail")
+        """When a ready peer ends while the formation still runs: start it again when
+        its restart policy allows (docs/restarts.md), else say that calls to it fail
+        from then on (the lines behind its name above say why)."""
+        while True:
+            code = await member.process.wait_async()
+            if member.lifeline_closed_at is not None or self._ending:
+                return
+            how, policy = describe_exit(code), member.spec.restart
+            if code == 0 or not policy.on_failure:
+                say(stays_down_line(member.name, how, None))
+                return
+            within = self._restarts.take(member.name, policy,
+                                         asyncio.get_running_loop().time())
+            if within is None:
+                say(stays_down_line(member.name, how, policy))
+                return
+            again = await self._restart(member, how, within)
+            if again is None:
+                return
+            member = again
+
+    async def _restart(self, old: LaunchedMember, how: str, within: int
+                       ) -> LaunchedMember | None:
+        """Start the failed peer ``old`` again as the same member: its earlier session's
+        tasks loaded, its callees' doors on its channel; once its door answers, its card
+        signed and its new door sent to every caller. None when it stays down."""
+        name, policy = old.name, old.spec.restart
+        earlier = old.ready.session_id if old.ready is not None else None
+        close_quietly(old)
+        if earlier is not None:
+            self._ended_sessions.append(earlier)
+        extra = ["--restart-count", str(self._restarts.counts[name])]
+        if earlier is not None:
+            extra += ["--restarted-from", earlier]
+        try:
+            member = self._start(name, doors=self._doors_of(name), extra=extra,
+                                 own_group=True, workdir=old.workdir)
+        except OSError as exc:
+            say(stays_down_line(name, how, policy, f"could not be started "
+                                                   f"({exc.strerror or exc})"))
+            return None
+        if self._ending:
+            member.close_lifeline(asyncio.get_running_loop().time())
+            return None
+        reader = await member.process.stderr_reader()
+        member.helpers.append(asyncio.create_task(forward_lines(reader, name, sys.stderr)))
+        failures: list[NotReady] = []
+        outcome = await await_peers([member], self._stop, failures,
+                                    formation_id=self.formation_id, bounds=self._bounds)
+        if failures or outcome is not None or member.ready is None or self._ending:
+            member.close_lifeline(asyncio.get_running_loop().time())
+            if failures:
+                say(stays_down_line(name, how, policy, f"did not come up: "
+                                                       f"{failures[0].problem}"))
+            return None
+        self._sign_card(member)
+        if not self._expects_doors(name):
+            member.close_channel()
+        for caller in self.admitted.callers(name):
+            calling = self.members.get(caller)
+            if calling is not None and not calling.channel.closed:
+                with contextlib.suppress(OSError, ValueError):  # it already exited
+                    calling.channel.write_doors({name: member.ready.door_url})
+        say(restarted_line(name, how, policy, within, member.ready.session_id))
+        return member
+
+    def _expects_doors(self, name: str) -> bool:
+        """Whether ``name`` calls a member that may be restarted, whose new door would
+        come on its channel: that channel stays open while the formation runs."""
+        return any(self.admitted.member(callee).restart.on_failure
+                   and not self.admitted.member(callee).entry
+                   for callee in self.admitted.callees(name))
 
     def _hand_out_doors(self) -> None:
         for member in self.members.values():
@@ -410,7 +488,8 @@ class Launch:
             if doors:
                 with contextlib.suppress(OSError, ValueError):  # it already exited
                     member.channel.write_doors(doors)
-            member.close_channel()
+            if not self._expects_doors(member.name):
+                member.close_channel()
 
     def _sign_card(self, member: LaunchedMember) -> None:
         """Sign the card ``member``'s door served the readiness probe and send the
@@ -434,7 +513,8 @@ class Launch:
         except (OSError, UnicodeDecodeError):
             pass                            # unsigned: its card is served as it is
         finally:
-            member.close_channel()
+            if not self._expects_doors(member.name):
+                member.close_channel()
 
     # --- step 6: the entry member -------------------------------------------------------
 

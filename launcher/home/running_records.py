@@ -47,6 +47,8 @@ class RunningRecord:
     public_url: str | None = None
     #: A delegated child's parent session (``mur ps`` shows it under its parent).
     parent_session: str | None = None
+    #: How many times the launcher started this member again (docs/restarts.md).
+    restarts: int = 0
 
     def is_live(self) -> bool:
         """The recorded process still runs (same pid, same start time)."""
@@ -77,7 +79,11 @@ class RunningRecord:
         started = data.get("started", "")
         if not isinstance(started, str):
             raise ValueError("started must be a string")
-        return cls(id=ident, pid=pid, kind=kind, started=started, **optional)
+        restarts = data.get("restarts", 0)
+        if not isinstance(restarts, int) or isinstance(restarts, bool) or restarts < 0:
+            raise ValueError("restarts must be a whole number")
+        return cls(id=ident, pid=pid, kind=kind, started=started, restarts=restarts,
+                   **optional)
 
 
 def now_iso() -> str:

@@ -91,7 +91,7 @@ class TaskDb:
     def __init__(self, path: Path, connection: sqlite3.Connection, max_finished: int) -> None:
         self.path = path
         self._db = connection
-        self._max_finished = max_finished
+        self.max_finished = max_finished
         self._pending: dict[str, JournaledTask] = {}
         self._lock = threading.Lock()
         #: One transaction at a time (the writer's, a load's or close's flush).
@@ -163,7 +163,7 @@ class TaskDb:
                 self._db.execute("BEGIN")
                 self._db.executemany(_UPSERT, encoded)
                 if self.writes % BOUND_EVERY == 0:
-                    self._db.execute(_BOUND, (self._max_finished,))
+                    self._db.execute(_BOUND, (self.max_finished,))
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -197,7 +197,7 @@ class TaskDb:
         self._wake.set()
         self._thread.join(timeout=10)
         self.flush()
-        self._db.execute(_BOUND, (self._max_finished,))
+        self._db.execute(_BOUND, (self.max_finished,))
         self._db.close()
 
 

@@ -241,6 +241,11 @@ class CallsSeam:
                 tokens=self._tokens, doors=self._directory, allow=self._allow,
                 trace=self._trace, spans=self._spans, metrics=self._metrics,
                 make_inner=lambda: _inner_transport(calls_members), bounds=self._bounds)
+            # A restarted callee's new door arrives as a later channel line: the proxy
+            # reads it at its next request (docs/restarts.md).
+            on_doors = getattr(self._directory, "on_doors", None)
+            if on_doors is not None:
+                on_doors(self._transport.doors_moved)
         return self._transport
 
     def calls_for(self, run: TaskRun) -> TracedCalls | TaskChildren:

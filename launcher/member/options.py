@@ -63,6 +63,10 @@ class MemberOptions:
     #: ``--discard-tasks`` (with ``--resume``): start without the earlier tasks, their
     #: ``tasks.db`` kept aside.
     discard_tasks: bool = False
+    #: Set by the launcher when it starts a failed peer again: the session it follows
+    #: (whose tasks it loads) and how many restarts this one makes (docs/restarts.md).
+    restarted_from: str | None = None
+    restart_count: int = 0
 
     @property
     def diagnostics_json(self) -> bool:
@@ -113,6 +117,10 @@ def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> Me
     if discard_tasks and resume is None:
         raise UsageError("--discard-tasks is taken with --resume only: a new session has no "
                          "earlier tasks to discard")
+    restarted_from: str | None = getattr(args, "restarted_from", None)
+    if restarted_from is not None and (not is_session_id(restarted_from) or resume):
+        raise UsageError("--restarted-from is the launcher's own: it names the session a "
+                         "restarted member follows, never with --resume")
     if resume is not None and not is_session_id(resume):
         raise UsageError(f"--resume `{resume[:40]}` is not a session id (ses_ followed by "
                          "32 lowercase hex digits); `mur ps` and `mur trace show` name them")
@@ -142,6 +150,8 @@ def options_from(args: argparse.Namespace, *, now: datetime | None = None) -> Me
         after_task=getattr(args, "lifecycle_after_task", None),
         resume=resume,
         discard_tasks=discard_tasks,
+        restarted_from=restarted_from,
+        restart_count=max(0, int(getattr(args, "restart_count", 0) or 0)),
         json=bool(getattr(args, "json", False)),
         card_key=card_key,
     )

@@ -28,7 +28,12 @@ from gateway.door.streams import StreamLimits
 from launcher.admission.store import unpack
 from launcher.diagnostics import Diagnostic
 from launcher.errors import LauncherError
-from launcher.home.records import SessionRecords, stage_session, write_operator_token
+from launcher.home.records import (
+    SessionRecords,
+    session_records,
+    stage_session,
+    write_operator_token,
+)
 from launcher.home.running_records import RunningRecord, now_iso, write_running
 from launcher.home.trace import timestamp
 from launcher.member.agent_process import AgentProcess, AgentStartFailed
@@ -108,6 +113,9 @@ def stage(session: MemberSession) -> None:
             exc.filename or "the running record", exc,
             what="the running record")) from None
     session.bus.emit("session_start", **_start_fields(session, records))
+    if options.restarted_from is not None:
+        session.bus.emit("member_restarted", member=session.place.member,
+                         restarted_from=options.restarted_from, restart=options.restart_count)
 
 
 def _running_record(session: MemberSession, records: SessionRecords) -> RunningRecord:
@@ -118,7 +126,8 @@ def _running_record(session: MemberSession, records: SessionRecords) -> RunningR
         door_url=session.door_url, records_dir=str(records.dir),
         public_url=session.public_url, project_dir=os.path.realpath(options.project),
         capsule=options.capsule, version=options.version, started=now_iso(),
-        parent_session=place.lineage.parent_session if place.lineage else None)
+        parent_session=place.lineage.parent_session if place.lineage else None,
+        restarts=options.restart_count)
 
 
 def _start_fields(session: MemberSession, records: SessionRecords) -> dict[str, Any]:
@@ -131,6 +140,8 @@ def _start_fields(session: MemberSession, records: SessionRecords) -> dict[str, 
     }
     if options.resume is not None:
         fields["resumed"] = True
+    if options.restarted_from is not None:
+        fields.update(restarted_from=options.restarted_from, restart=options.restart_count)
     if options.deadline is not None:
         fields["deadline"] = timestamp(options.deadline)
     if place.formation_id is not None:
@@ -181,8 +192,11 @@ class AgentSide:
             return None
         settings = door_settings(session, records)
         task_db = open_task_db(session, records, settings.max_finished_tasks)
-        settings = dataclasses.replace(settings, journal=task_db,
-                                       earlier_tasks=earlier_tasks(session, task_db))
+        earlier = earlier_tasks(session, task_db)
+        if earlier:
+            session.bus.emit("tasks_restored", tasks=len(earlier),
+                             failed=sum(not task.terminal for task in earlier))
+        settings = dataclasses.replace(settings, journal=task_db, earlier_tasks=earlier)
         return build_door(agent, settings, policy=door_policy(session, records),
                           trace=session.bus, metrics=session.metrics)
 
@@ -498,14 +512,26 @@ def open_task_db(session: MemberSession, records: SessionRecords,
 
 
 def earlier_tasks(session: MemberSession, task_db: TaskDb) -> tuple[StoredTask, ...]:
-    """What a resumed session's door starts with: the tasks its tasks.db kept (a new
-    session's is empty, and is not read)."""
-    if session.options.resume is None:
+    """What the door starts with: a resumed session's tasks (its own tasks.db); a
+    restarted member's, those of the session it follows (that session's tasks.db, read
+    once: its rows are written into this session's as the door restores them); a new
+    session's, nothing."""
+    options = session.options
+    if options.resume is None and options.restarted_from is None:
         return ()
-    from launcher.home.task_db import TaskDbUnreadable
+    from launcher.home.task_db import TaskDb, TaskDbUnreadable
 
     try:
-        return tuple(task_db.load())
+        if options.restarted_from is None:
+            return tuple(task_db.load())
+        earlier = session_records(session.plan.workdir, options.restarted_from)
+        if not (earlier.dir / task_db.path.name).is_file():
+            return ()
+        before = TaskDb.open(earlier.dir, max_finished=task_db.max_finished)
+        try:
+            return tuple(before.load())
+        finally:
+            before.close()
     except TaskDbUnreadable as exc:
         raise StartFailed(member_diagnostic(TASK_DB_UNREADABLE, problem=str(exc))) from None
 

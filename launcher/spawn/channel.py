@@ -4,7 +4,8 @@ One JSON object a line, on a pipe only that member inherits (docs/runtime-files.
 
     {"formation":"frm_…","member":"planner","key":"<base64url>",
      "tokens":{"coder":"mft1…"},"entry":false}            first line, before it starts
-    {"doors":{"coder":"http://127.0.0.1:41234"}}          later lines
+    {"doors":{"coder":"http://127.0.0.1:41234"}}          later lines (again with a
+                                                          new URL: a restarted member)
     {"card_signature":{"protected":"…","signature":"…"}}  the member's card, signed
 
 A member of a version 2 roster that something bounds also finds ``bounds`` on its first
@@ -434,6 +435,7 @@ class DoorDirectory:
         #: The member's card signature, from the launcher (docs/audit.md).
         self.card_signature: dict[str, Any] | None = None
         self._on_card_signature: Callable[[dict[str, Any]], None] | None = None
+        self._on_doors: list[Callable[[Iterable[str]], None]] = []
 
     @classmethod
     def for_channel(cls, credentials: ChannelCredentials) -> DoorDirectory:
@@ -526,10 +528,19 @@ class DoorDirectory:
         if self.card_signature is not None:
             hook(self.card_signature)
 
+    def on_doors(self, hook: Callable[[Iterable[str]], None]) -> None:
+        """Call ``hook(names)`` each time door URLs arrive for ``names`` (a restarted
+        member's new door, after the first)."""
+        self._on_doors.append(hook)
+
     def set(self, doors: Mapping[str, str]) -> None:
         """Record door URLs (as a channel line would) and wake their waiters."""
+        moved = [name for name, url in doors.items() if self._doors.get(name, url) != url]
         self._doors.update(doors)
         self._notify()
+        if moved:
+            for hook in self._on_doors:
+                hook(moved)
 
     def _notify(self) -> None:
         self._changed.set()

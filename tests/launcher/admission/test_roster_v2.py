@@ -189,3 +189,53 @@ def test_mur_graph_labels_each_bounded_edge(project: Path,
     out = capsys.readouterr().out
     assert "m0 -->|calls 50, concurrent 2, per_minute 20| m1" in out
     assert "m1 -->|approve (10m)| m2" in out
+
+
+# --- restarts (docs/restarts.md) -------------------------------------------------------
+
+RESTARTING = """roster_version: 2
+members:
+  - {name: planner, capsule: local/planner, version: 1.0.0, entry: true}
+  - {name: coder, capsule: local/coder, version: 1.0.0, restart: on-failure,
+     restart_limit: {count: 5, within: 2m}}
+  - {name: deployer, capsule: local/deployer, version: 1.0.0, restart: on-failure}
+reachability:
+  - from: planner
+    to: [coder, deployer]
+"""
+
+
+def test_restart_on_a_member_wins_over_its_capsules_lifecycle(project: Path) -> None:
+    (project / "roster.yaml").write_text(RESTARTING)
+    admitted = admit(project)
+    coder, deployer = admitted.member("coder").restart, admitted.member("deployer").restart
+    assert (coder.on_failure, coder.count, coder.within) == (True, 5, 120)
+    assert (deployer.on_failure, deployer.count, deployer.within) == (True, 3, 600)
+    assert not admitted.member("planner").restart.on_failure
+    assert coder.describe() == "on-failure, at most 5 within 2m"
+
+
+@pytest.mark.parametrize(("member", "field", "words"), [
+    ("restart: always", "members[1].restart", "must be `never` or `on-failure`"),
+    ("restart_limit: {count: 0}", "members[1].restart_limit.count", "from 1 to 1000"),
+    ("restart_limit: {within: soon}", "members[1].restart_limit.within", ""),
+    ("restart_limit: {times: 3}", "members[1].restart_limit.times", "is not a key"),
+])
+def test_a_restart_that_cannot_hold_is_refused_naming_the_field(
+        member: str, field: str, words: str) -> None:
+    text = (f"roster_version: 2\nmembers:\n  - {{name: planner, capsule: local/planner, "
+            f"version: 1.0.0, entry: true}}\n  - {{name: coder, capsule: local/coder, "
+            f"version: 1.0.0, {member}}}\nreachability: all\n")
+    refused = refusal(text)
+    assert refused.code == "E-ROS-001"
+    assert refused.path == field
+    assert words in refused.diagnostic.message
+
+
+def test_restart_in_a_version_1_roster_is_refused_naming_version_2() -> None:
+    refused = refusal(MEMBERS.replace("version: 1.0.0}\n  - {name: deployer",
+                                      "version: 1.0.0, restart: on-failure}\n"
+                                      "  - {name: deployer", 1).replace(
+        "members:", "roster_version: 1\nmembers:", 1) + "reachability: all\n")
+    assert refused.code == "E-ROS-001"
+    assert "roster_version: 2" in refused.diagnostic.message + refused.diagnostic.hint
