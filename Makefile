@@ -118,9 +118,11 @@ bench: $(LOADTEST_STAMP)
 	$(BIN)/python loadtests/bench_grpc.py
 	$(BIN)/python loadtests/plots.py
 
-# A formation with a busy callee and three callers, 10,000 calls (bounded by --deadline).
+# A formation with a busy callee and three callers, 10,000 calls (bounded by --deadline);
+# then 10,000 calls to a callee killed with SIGKILL every 3 s (docs/restarts.md).
 soak: $(STAMP)
 	$(BIN)/python loadtests/soak_formation.py
+	$(BIN)/python loadtests/soak_faults.py
 
 clean:
 	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .mypy_cache .ruff_cache
