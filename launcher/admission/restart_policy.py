@@ -21,6 +21,10 @@ class RestartPolicy:
     count: int = 3
     within: int = 600
 
+    def to_json(self) -> dict[str, object]:
+        return {"policy": "on-failure" if self.on_failure else "never", "count": self.count,
+                "within_seconds": self.within}
+
     def describe(self) -> str:
         """How the roster or manifest would write it (for ``mur doctor`` and errors)."""
         if not self.on_failure:

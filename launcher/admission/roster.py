@@ -128,7 +128,8 @@ class AdmittedRoster:
             "entry": self.entry.name,
             "members": [{"name": m.name, "capsule": m.capsule, "version": m.version,
                          "entry": m.entry, "sha256": m.sha256, "artifact": str(m.artifact),
-                         "store": m.store, "callees": self.callees(m.name)}
+                         "store": m.store, "callees": self.callees(m.name),
+                         "restart": m.restart.to_json()}
                         for m in self.members],
             "edges": [{"from": caller, "to": callee} for caller, callee in self.ordered_edges()],
             "warnings": [warning.to_json() for warning in self.warnings],

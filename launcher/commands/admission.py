@@ -89,6 +89,9 @@ def _doctor(args: argparse.Namespace) -> int:
     print(summary(admitted))
     for line in admitted.bounds.lines():
         print(line)
+    for member in admitted.members:
+        if member.restart.on_failure and not member.entry:
+            print(f"restart {member.name}: {member.restart.describe()}")
     for row in models:
         print(model_line(row))
     print(report_line(report))

@@ -239,3 +239,17 @@ def test_restart_in_a_version_1_roster_is_refused_naming_version_2() -> None:
         "members:", "roster_version: 1\nmembers:", 1) + "reachability: all\n")
     assert refused.code == "E-ROS-001"
     assert "roster_version: 2" in refused.diagnostic.message + refused.diagnostic.hint
+
+
+def test_doctor_prints_each_members_restart(project: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "roster.yaml").write_text(RESTARTING)
+    assert main(["doctor", "--project", str(project)]) == 0
+    out = capsys.readouterr().out
+    assert "restart coder: on-failure, at most 5 within 2m" in out.splitlines()
+    assert "restart deployer: on-failure, at most 3 within 10m" in out.splitlines()
+    assert main(["doctor", "--project", str(project), "--json"]) == 0
+    members = {m["name"]: m for m in json.loads(capsys.readouterr().out)["members"]}
+    assert members["coder"]["restart"] == {"policy": "on-failure", "count": 5,
+                                           "within_seconds": 120}
+    assert members["planner"]["restart"]["policy"] == "never"
