@@ -2,13 +2,19 @@
 formation again, and the new code runs.
 
 In this order: :func:`project_sources` finds them (the project directory itself and each
-directory directly under it that holds a ``murmur.yaml``), :func:`source_warnings` names
-every member whose source packs to other bytes than the artifact it is bound to
-(``W-ROS-003``, given by ``mur doctor`` and at launch; only a source with a file
-modified after the install is packed to compare), and :func:`rebuild` packs and
-installs (replacing) each member's source before admission, for ``mur run --roster
---rebuild``. A source is a member's when it is ``local/<its name>`` at the roster's
-version; packing is reproducible, so "differs" is exact, never a guess from file times.
+directory directly under it that holds a ``murmur.yaml``), with those whose
+``murmur.yaml`` does not read (:class:`BrokenSource`); :func:`source_faults` names every
+member whose source does not pack (``W-ROS-005``: a typo in a member's manifest never
+lets the old artifact run unsaid, nor hides behind ``E-ROS-007``); :func:`source_warnings`
+names every member whose source packs to other bytes than the artifact it is bound to
+(``W-ROS-003``; only a source with a file modified after the install is packed to
+compare), or does not pack at all (``W-ROS-005``); and :func:`rebuild` packs every
+member's source and, only when all pack, installs them (replacing) before admission,
+for ``mur run --roster --rebuild`` (``E-ROS-013`` for each that does not: nothing is
+installed and nothing starts). A source is a member's when it is ``local/<its name>`` at
+the roster's version (a source whose manifest does not read: the name and version its
+YAML still shows, else its directory's name); packing is reproducible, so "differs" is
+exact, never a guess from file times.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from launcher.admission.roster import ROSTER_FILE, AdmittedRoster, MemberSpec, r
 from launcher.admission.store import install, pack_bytes
 from launcher.admission.yaml_files import YamlFault
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
+from launcher.errors import LauncherError
 
-__all__ = ["Source", "project_sources", "rebuild", "source_warnings"]
+__all__ = ["BrokenSource", "RebuildRefused", "Source", "project_sources", "rebuild",
+           "source_faults", "source_warnings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +43,37 @@ class Source:
     path: Path
 
 
-def project_sources(project: Path) -> dict[tuple[str, str], Source]:
+@dataclass(frozen=True, slots=True)
+class BrokenSource:
+    """A directory of the project whose ``murmur.yaml`` does not read: the fault, and the
+    name and version its YAML still shows (``None`` where it shows none)."""
+
+    path: Path
+    code: str
+    problem: str
+    name: str | None
+    version: str | None
+
+    def is_for(self, member: MemberSpec) -> bool:
+        capsule_name = member.capsule.removeprefix("local/")
+        if self.name is not None:
+            return (self.name == capsule_name and member.capsule.startswith("local/")
+                    and self.version in (None, member.version))
+        return self.path.name == capsule_name
+
+
+class RebuildRefused(LauncherError):
+    """``--rebuild`` found member sources that do not pack: each one's ``E-ROS-013``."""
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        super().__init__("; ".join(d.message for d in diagnostics))
+        self.diagnostics = diagnostics
+
+
+def project_sources(project: Path, broken: list[BrokenSource] | None = None
+                    ) -> dict[tuple[str, str], Source]:
     """Every capsule source in ``project`` by (capsule, version); a directory whose
-    ``murmur.yaml`` does not read is skipped (admission or ``mur pack`` names its fault)."""
+    ``murmur.yaml`` does not read is appended to ``broken`` (when given)."""
     candidates = [project, *sorted(child for child in project.iterdir()
                                    if child.is_dir() and not child.name.startswith("."))]
     found: dict[tuple[str, str], Source] = {}
@@ -46,7 +82,9 @@ def project_sources(project: Path) -> dict[tuple[str, str], Source]:
             continue
         try:
             manifest = load_manifest(directory / "murmur.yaml")
-        except (DiagnosticError, YamlFault, OSError):
+        except (DiagnosticError, YamlFault, OSError) as fault:
+            if broken is not None:
+                broken.append(_broken(directory, fault))
             continue
         capsule = f"local/{manifest.name}"
         found.setdefault((capsule, manifest.version), Source(capsule, manifest.version,
@@ -54,9 +92,30 @@ def project_sources(project: Path) -> dict[tuple[str, str], Source]:
     return found
 
 
-def _members_sources(project: Path, members: Iterable[MemberSpec]
+def _broken(directory: Path, fault: Exception) -> BrokenSource:
+    if isinstance(fault, DiagnosticError):
+        code, problem = fault.code, fault.diagnostic.message
+    elif isinstance(fault, YamlFault):
+        code, problem = "E-MAN-001", fault.problem
+    else:
+        code, problem = "E-MAN-002", f"cannot be read ({fault})"
+    import yaml
+
+    try:   # the name and version the YAML still shows, to know whose source it is
+        document = yaml.safe_load((directory / "murmur.yaml").read_text(errors="replace"))
+    except (yaml.YAMLError, OSError):   # it does not even parse: its folder's name says
+        document = None
+    if not isinstance(document, dict):
+        return BrokenSource(directory, code, problem, None, None)
+    name, version = document.get("name"), document.get("version")
+    return BrokenSource(directory, code, problem, name if isinstance(name, str) else None,
+                        str(version) if isinstance(version, (str, int, float)) else None)
+
+
+def _members_sources(project: Path, members: Iterable[MemberSpec],
+                     broken: list[BrokenSource] | None = None
                      ) -> list[tuple[MemberSpec, Source]]:
-    sources = project_sources(project)
+    sources = project_sources(project, broken)
     pairs = []
     for member in members:
         source = sources.get((member.capsule, member.version))
@@ -65,19 +124,72 @@ def _members_sources(project: Path, members: Iterable[MemberSpec]
     return pairs
 
 
+def _relative(path: Path, project: Path) -> str:
+    return str(path.relative_to(project)) if path != project else "."
+
+
+def _broken_members(project: Path, members: Iterable[MemberSpec],
+                    broken: list[BrokenSource]) -> list[tuple[MemberSpec, BrokenSource]]:
+    """Each member whose source is a broken one (and has no good source of its own)."""
+    members = list(members)
+    good = {(member.capsule, member.version) for member, _ in
+            _members_sources(project, members)}
+    return [(member, source) for member in members for source in broken
+            if source.is_for(member) and (member.capsule, member.version) not in good]
+
+
+def source_faults(project: Path, roster_file: str = ROSTER_FILE) -> list[Diagnostic]:
+    """``W-ROS-005`` for each member of the roster in ``project`` whose source there has a
+    ``murmur.yaml`` that does not read (nothing when the roster itself does not read:
+    admission names that)."""
+    try:
+        roster = read_roster(project)
+    except (DiagnosticError, OSError):
+        return []
+    broken: list[BrokenSource] = []
+    project_sources(project, broken)
+    return [_fault("W-ROS-005", member, source.path, project, source.code, source.problem,
+                   roster_file)
+            for member, source in _broken_members(project, roster.members, broken)]
+
+
+def _fault(code: str, member: MemberSpec, path: Path, project: Path, fault_code: str,
+           problem: str, roster_file: str = ROSTER_FILE) -> Diagnostic:
+    source = _relative(path, project)
+    return diagnostic(code, member.field(), file=roster_file, field=member.field(),
+                      member=member.name, capsule=member.capsule, version=member.version,
+                      source=source, fault=f"{fault_code}: {problem}",
+                      manifest=str(Path(source) / "murmur.yaml"))
+
+
 def rebuild(project: Path) -> list[tuple[str, Source, bool]]:
-    """Pack each member's source in ``project`` and install it into the project store,
-    replacing what is there: (member, source, whether the store changed), in roster
-    order. ``DiagnosticError`` for a roster that does not read or a source that does not
-    pack (its ``E-MAN``/``E-REG`` code)."""
+    """Pack each member's source in ``project``; when every one packs, install them into
+    the project store, replacing what is there: (member, source, whether the store
+    changed), in roster order. :class:`RebuildRefused` (one ``E-ROS-013`` for each member
+    whose source does not pack, its manifest's own code quoted) installs nothing;
+    ``DiagnosticError`` for a roster that does not read."""
     roster = read_roster(project)
-    done = []
+    broken: list[BrokenSource] = []
+    faults = []
+    packed = []
     seen: set[tuple[str, str]] = set()
-    for member, source in _members_sources(project, roster.members):
+    for member, source in _members_sources(project, roster.members, broken):
         if (source.capsule, source.version) in seen:
             continue  # two members run one capsule: one install
         seen.add((source.capsule, source.version))
-        data, _ = pack_bytes(source.path)
+        try:
+            data, _ = pack_bytes(source.path)
+        except DiagnosticError as fault:
+            faults.append(_fault("E-ROS-013", member, source.path, project, fault.code,
+                                 fault.diagnostic.message))
+            continue
+        packed.append((member, source, data))
+    faults += [_fault("E-ROS-013", member, source.path, project, source.code, source.problem)
+               for member, source in _broken_members(project, roster.members, broken)]
+    if faults:
+        raise RebuildRefused(faults)
+    done = []
+    for member, source, data in packed:
         staging = project / ".murmur" / "rebuild"
         staging.mkdir(parents=True, exist_ok=True)
         artifact = staging / f"{source.path.name}.mur.zip"
@@ -91,15 +203,16 @@ def rebuild(project: Path) -> list[tuple[str, Source, bool]]:
 
 
 def _touched_since(source: Path, artifact: Path) -> bool:
-    """Whether any file of ``source`` was modified after ``artifact`` was written (stat
-    only, so a launch never packs a large source that did not change)."""
+    """Whether any file or folder of ``source`` was modified after ``artifact`` was
+    written (stat only, so a launch never packs a large source that did not change; a
+    folder's time moves when a file in it is added, removed or renamed)."""
     try:
         installed = artifact.stat().st_mtime_ns
     except OSError:
         return True
-    for path in source.rglob("*"):
+    for path in (source, *source.rglob("*")):
         try:
-            if path.is_file() and path.stat().st_mtime_ns > installed:
+            if path.stat().st_mtime_ns > installed:
                 return True
         except OSError:
             return True
@@ -121,8 +234,10 @@ def source_warnings(admitted: AdmittedRoster) -> list[Diagnostic]:
             continue  # nothing in the source changed after the install: no packing needed
         try:
             data, _ = pack_bytes(source.path)
-        except DiagnosticError:
-            continue  # a source that does not pack is `mur pack`'s to name
+        except DiagnosticError as fault:   # the installed artifact runs, said so
+            warnings.append(_fault("W-ROS-005", spec, source.path, admitted.project_dir,
+                                   fault.code, fault.diagnostic.message))
+            continue
         if hashlib.sha256(data).hexdigest() == member.sha256:
             continue
         relative = source.path.relative_to(admitted.project_dir) if source.path != \

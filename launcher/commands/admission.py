@@ -65,18 +65,25 @@ def _doctor(args: argparse.Namespace) -> int:
         return 2
     if missing_project("doctor", project):
         return 2
+    from launcher.admission.sources import source_faults
+
+    faults = source_faults(project)   # before admission: they explain its E-ROS-007
     try:
         admitted = admit(project)
     except DiagnosticError as refusal:
         if args.json:  # the diagnostic once, under "error" (docs/admission.md)
             print(json.dumps({"admitted": False, "project_dir": str(project.resolve()),
-                              "error": refusal.diagnostic.to_json(), "warnings": []}))
+                              "error": refusal.diagnostic.to_json(),
+                              "warnings": [fault.to_json() for fault in faults]}))
         else:
+            for fault in faults:
+                emit(fault, sys.stderr)
             emit(refusal.diagnostic, sys.stderr)
         return 1
     from launcher.admission.model_report import model_line, model_rows, model_warnings
     from launcher.admission.sources import source_warnings
 
+    admitted.warnings[:0] = faults
     admitted.warnings.extend(source_warnings(admitted))
     admitted.warnings.extend(model_warnings(admitted, os.environ))
     report = host_report(os.environ)

@@ -152,6 +152,17 @@ ROSTER_CODES: tuple[CodeEntry, ...] = (
         "murmur-door",
     ),
     CodeEntry(
+        "E-ROS-013", "error",
+        "`--rebuild` found a member's capsule source that does not pack",
+        "{file}: {field}: the source of member `{member}` in `{source}` does not pack "
+        "({fault}); nothing was installed and nothing started",
+        "fix `{manifest}` (`mur pack {source}` names each fault) and run again",
+        "`mur run --roster --rebuild` packs every member's source in the project before it "
+        "installs any: each that does not pack is named, none is installed, and no member "
+        "starts, so stale code never runs in place of an edit that did not build.",
+        "murmur-door",
+    ),
+    CodeEntry(
         "W-ROS-001", "warning",
         "More members may call a member than it holds tasks at once",
         "{file}: {field}: {callers} members may call `{member}` ({names}), but it holds "
@@ -191,6 +202,21 @@ ROSTER_CODES: tuple[CodeEntry, ...] = (
         "a directory directly under it holding a murmur.yaml) and whose source packs to "
         "other bytes than the installed artifact. Packing is reproducible, so this is "
         "exact. The roster is still admitted, with what is installed.",
+        "murmur-door",
+    ),
+    CodeEntry(
+        "W-ROS-005", "warning",
+        "A member's capsule source in the project does not pack",
+        "{file}: {field}: the source of member `{member}` in `{source}` does not pack "
+        "({fault}): what runs is the installed {capsule} {version}, not your edits",
+        "fix `{manifest}` (`mur pack {source}` names each fault), then run "
+        "`mur run --roster --rebuild`",
+        "Given by `mur doctor` and at launch for each member whose source in the project "
+        "(the project directory or a directory directly under it holding a murmur.yaml, "
+        "matched by the `name` and `version` it shows, else by its folder's name) has a "
+        "`murmur.yaml` that does not read or does not pack. Given before admission too, so "
+        "that in a new project the fault is named before the `E-ROS-007` it causes. With "
+        "`--rebuild` the same fault is `E-ROS-013` and nothing starts.",
         "murmur-door",
     ),
     CodeEntry(

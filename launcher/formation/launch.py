@@ -41,7 +41,12 @@ from gateway.door.card_signing import card_signature
 from gateway.redaction import redact
 from launcher.admission.model_report import model_warnings
 from launcher.admission.roster import AdmittedRoster, admit
-from launcher.admission.sources import rebuild, source_warnings
+from launcher.admission.sources import (
+    RebuildRefused,
+    rebuild,
+    source_faults,
+    source_warnings,
+)
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
 from launcher.durations import format_deadline, parse_deadline
 from launcher.formation.ending import FormationEnd, end_members, exit_code, run_retention
@@ -181,7 +186,14 @@ def main(args: argparse.Namespace) -> int:
             for name, source, changed in rebuild(project):
                 say(f"mur run: rebuilt {source.capsule} {source.version} from {source.path} "
                     f"for member {name}" + ("" if changed else " (unchanged)"))
+        else:   # a source that does not read: said before the E-ROS-007 it may cause
+            for fault in source_faults(project):
+                report(fault)
         admitted = admit(project)
+    except RebuildRefused as refused:
+        for fault in refused.diagnostics:
+            report(fault)
+        return 1
     except DiagnosticError as refusal:
         report(refusal.diagnostic)
         return 1

@@ -178,3 +178,63 @@ def test_mur_run_capsule_refuses_a_missing_requirement_with_e_run_054(
                    "--project", str(project), "--task", "hi"])
     err = capsys.readouterr().err
     assert status == 1 and "error E-RUN-054" in err and "pip install" in err
+
+
+# --- a member's source that does not pack is never silent (issue: the newcomer hour) ---
+
+
+@pytest.mark.parametrize("typo", ["lifecyle: {concurrency: 2}\n", "pyhton: 3\n"])
+def test_a_typo_in_a_members_manifest_is_named_by_doctor_and_rebuild_runs_nothing(
+        project: Path, typo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = project / "helper" / "murmur.yaml"
+    manifest.write_text(manifest.read_text() + typo)
+    assert main(["doctor", "--project", str(project)]) == 0   # what is installed still runs
+    err = capsys.readouterr().err
+    assert "warning W-ROS-005" in err and "member `helper` in `helper` does not pack" in err
+    assert "E-MAN-001" in err and "helper/murmur.yaml" in err
+    assert main(["doctor", "--project", str(project), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [w["code"] for w in report["warnings"]] == ["W-ROS-005"]
+    from launcher.admission.sources import RebuildRefused
+
+    before = sorted(path.name for path in (project / ".murmur").rglob("*.mur.zip"))
+    with pytest.raises(RebuildRefused) as refused:
+        rebuild(project)
+    [fault] = refused.value.diagnostics
+    assert (fault.code, fault.path) == ("E-ROS-013", "members[1]")
+    assert "nothing was installed" in fault.message
+    assert sorted(path.name for path in (project / ".murmur").rglob("*.mur.zip")) == before
+
+
+def test_rebuild_names_every_member_whose_source_does_not_pack(project: Path) -> None:
+    for name in ("boss", "helper"):
+        manifest = project / name / "murmur.yaml"
+        manifest.write_text(manifest.read_text() + "lifecyle: {}\n")
+    from launcher.admission.sources import RebuildRefused
+
+    with pytest.raises(RebuildRefused) as refused:
+        rebuild(project)
+    assert [(d.code, d.path) for d in refused.value.diagnostics] == [
+        ("E-ROS-013", "members[0]"), ("E-ROS-013", "members[1]")]
+
+
+def test_in_a_new_project_the_typo_is_named_before_not_installed(
+        tmp_path: Path, murmur_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "fresh"
+    root.mkdir()
+    (root / "roster.yaml").write_text(ROSTER)
+    for name in ("boss", "helper"):
+        source(root, name, "async def run(task):\n    return 'v1'\n")
+    (root / "helper" / "murmur.yaml").write_text(
+        (root / "helper" / "murmur.yaml").read_text() + "lifecyle: {}\n")
+    assert main(["doctor", "--project", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert err.index("W-ROS-005") < err.index("E-ROS-007"), err
+    assert "lifecyle" in err
+
+
+def test_a_source_that_packs_no_more_is_named_beside_what_runs(
+        project: Path) -> None:
+    (project / "helper" / "helper_agent.py").unlink()   # the entry its manifest names
+    [warning] = source_warnings(admit(project))
+    assert warning.code == "W-ROS-005" and "`helper`" in warning.message
