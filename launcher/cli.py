@@ -14,6 +14,7 @@ from launcher import __version__
 #: Modules under launcher/commands, each registering its subcommands.
 COMMAND_MODULES = (
     "launcher.commands.capsules",   # new, pack, install, lock
+    "launcher.commands.adding",     # add
     "launcher.commands.admission",  # doctor, explain
     "launcher.commands.running",    # run, stop, ps, send, cancel, logs, trace
     "launcher.commands.observing",  # graph

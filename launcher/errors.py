@@ -41,6 +41,10 @@
     │                                 (an OSError)
     ├── TaskDbUnreadable ............ home.task_db: a session's tasks.db is not a task
     │                                 database this version reads (an OSError)
+    ├── RebuildRefused .............. admission.sources: member sources that do not pack
+    │                                 (each one's E-ROS-013; nothing installed)
+    ├── RosterEditRefused ........... admission.roster_edit: mur add cannot add the member
+    │                                 as asked (exit 2)
     ├── AuditRefused ................ commands.audit: no edges recorded to check a formation's
     │                                 calls against (exit 2)
     └── PeerDirectoryExists ......... home.formations: a peer's work folder is there already

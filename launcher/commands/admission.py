@@ -81,10 +81,12 @@ def _doctor(args: argparse.Namespace) -> int:
             emit(refusal.diagnostic, sys.stderr)
         return 1
     from launcher.admission.model_report import model_line, model_rows, model_warnings
+    from launcher.admission.reach import reach_warnings
     from launcher.admission.sources import source_warnings
 
     admitted.warnings[:0] = faults
     admitted.warnings.extend(source_warnings(admitted))
+    admitted.warnings.extend(reach_warnings(admitted))
     admitted.warnings.extend(model_warnings(admitted, os.environ))
     report = host_report(os.environ)
     models = model_rows(admitted, os.environ)

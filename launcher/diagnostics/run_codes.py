@@ -229,7 +229,7 @@ RUN_CODES: tuple[CodeEntry, ...] = (
         "reaches no loopback door; every call it makes will fail",
         "add `localhost` to `capabilities.network.allow` in the murmur.yaml of {capsule}, "
         "then pack and install it again",
-        "Printed at launch by a member the roster lets call others whose "
+        "Given by `mur doctor` and at launch for a member the roster lets call others whose "
         "`capabilities.network.allow` does not reach a door served on loopback `http`. The "
         "roster grants a credential and a name, never network access.",
         "reference",

@@ -40,6 +40,7 @@ from gateway.auth.tokens import FormationKey
 from gateway.door.card_signing import card_signature
 from gateway.redaction import redact
 from launcher.admission.model_report import model_warnings
+from launcher.admission.reach import reach_warnings
 from launcher.admission.roster import AdmittedRoster, admit
 from launcher.admission.sources import (
     RebuildRefused,
@@ -47,7 +48,7 @@ from launcher.admission.sources import (
     source_faults,
     source_warnings,
 )
-from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
+from launcher.diagnostics import DiagnosticError, diagnostic
 from launcher.durations import format_deadline, parse_deadline
 from launcher.formation.ending import FormationEnd, end_members, exit_code, run_retention
 from launcher.formation.members import (
@@ -112,27 +113,6 @@ def resolve_task(task: str) -> str:
     if os.path.isfile(task) and not os.path.isabs(task):
         return os.path.abspath(task)
     return task
-
-
-def reach_warnings(admitted: AdmittedRoster) -> list[Diagnostic]:
-    """``W-RUN-008`` for every member that may call others but whose network grant
-    reaches no loopback door."""
-    warnings = []
-    for member in admitted.members:
-        callees = admitted.callees(member.name)
-        if not callees:
-            continue
-        from gateway.proxy.egress import egress_reaches_loopback  # only for a roster with edges
-
-        try:
-            reaches = egress_reaches_loopback(member.manifest.capabilities.network.allow)
-        except ValueError:
-            reaches = False
-        if not reaches:
-            warnings.append(diagnostic(
-                "W-RUN-008", member.field("capsule"), member=member.name,
-                callees=", ".join(f"`{name}`" for name in callees), capsule=member.capsule))
-    return warnings
 
 
 def main(args: argparse.Namespace) -> int:

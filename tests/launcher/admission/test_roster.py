@@ -128,8 +128,9 @@ def test_each_code_with_the_smallest_roster_that_triggers_it(
 
 def test_w_ros_001_names_the_member_and_the_queue_depth_that_holds_every_caller(
         project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    install_capsule(project, "a")
-    install_capsule(project, "b")
+    reaching = "capabilities: {network: {allow: [localhost]}}\n"   # no W-RUN-008
+    install_capsule(project, "a", extra=reaching)
+    install_capsule(project, "b", extra=reaching)
     install_capsule(project, "c", accept=True, concurrency=1, queue_depth=0)
     write_roster(project, roster(member("a", entry=True), member("b"), member("c"),
                                  reachability="reachability:\n  - {from: a, to: [c]}\n"

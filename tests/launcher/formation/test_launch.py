@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from gateway.auth.tokens import FormationKey
+from launcher.admission.reach import reach_warnings
 from launcher.admission.roster import admit
 from launcher.admission.store import install, pack
 from launcher.durations import format_deadline, parse_deadline
 from launcher.formation import launch as formation
 from launcher.formation import members as formation_members
 from launcher.formation.ending import exit_status
-from launcher.formation.launch import reach_warnings
 from launcher.formation.output import formation_line, render_table
 from launcher.formation.ready import (
     NotReady,
@@ -256,6 +256,19 @@ def test_w_run_008_names_a_caller_whose_grant_reaches_no_door(tmp_path: Path) ->
     warnings = reach_warnings(admit(project))
     assert [warning.code for warning in warnings] == ["W-RUN-008"]
     assert "`planner` may call `coder`" in warnings[0].message
+
+
+def test_doctor_gives_w_run_008_before_any_launch(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from launcher.cli import main
+
+    project = make_project(tmp_path, reachability={"planner": ["coder"]},
+                           allow_localhost=False)
+    assert main(["doctor", "--project", str(project)]) == 0
+    assert "warning W-RUN-008" in capsys.readouterr().err
+    assert main(["doctor", "--project", str(project), "--json"]) == 0
+    assert [w["code"] for w in json.loads(capsys.readouterr().out)["warnings"]] == [
+        "W-RUN-008"]
 
 
 def test_no_w_run_008_when_the_caller_may_reach_localhost(tmp_path: Path) -> None:
