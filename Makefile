@@ -1,23 +1,36 @@
 # The two commands of the README. Each bootstraps .venv with pip when it is missing or
 # older than pyproject.toml, so both work on a fresh machine with nothing installed by hand.
+# `make demo` installs what murmur-door runs on; `make test` adds the test tools.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
+
+# PYTHON must be 3.11 or later on Linux; a .venv made by another Python is made afresh.
+VENV_PROBLEM := $(shell sh scripts/venv_python.sh "$(PYTHON)" "$(VENV)")
+ifneq ($(VENV_PROBLEM),)
+$(error $(VENV_PROBLEM))
+endif
 
 .PHONY: demo test lint typecheck pytest bench soak clean js-agents litellm image test-containers loadtest frameworks test-frameworks
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	@echo "installing murmur-door and its test tools into $(VENV) (log: $(VENV)/install.log)"
+	@echo "installing murmur-door into $(VENV) (log: $(VENV)/install.log)"
 	@$(BIN)/pip install --upgrade pip > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
-	@$(BIN)/pip install -e '.[test]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@$(BIN)/pip install -e . >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	@# An editable install compiles nothing; every member would otherwise compile ~45
 	@# modules at start (0.15-0.27 s of CPU each; loadtests/bench_launch.py).
 	@$(BIN)/python -m compileall -q gateway launcher >> $(VENV)/install.log 2>&1
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
+	@echo "installing the test tools into $(VENV) (log: $(VENV)/install.log)"
+	@$(BIN)/pip install -e '.[test]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/python -m launcher.demo
 
 test: $(STAMP) lint typecheck pytest
