@@ -67,6 +67,10 @@ def _run(argv: Sequence[str] | None, *, program: bool) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    problem = _expand_ids(args)
+    if problem is not None:
+        print(f"mur {args.command}: {problem}", file=sys.stderr)
+        return 2
     try:
         status = handler(args)
         sys.stdout.flush()  # a reader gone away shows here, not in the flush at exit
@@ -81,6 +85,25 @@ def _run(argv: Sequence[str] | None, *, program: bool) -> int:
     finally:
         if program:
             _leave_to_the_os()
+
+
+#: The arguments that name a formation or a session: a unique prefix stands for the id.
+_ID_ARGUMENTS = ("id", "target", "formation", "resume")
+
+
+def _expand_ids(args: argparse.Namespace) -> str | None:
+    """Each id argument given as a unique prefix made whole (launcher/home/id_prefixes.py);
+    the problem when a prefix starts several ids."""
+    for name in _ID_ARGUMENTS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value[:4] in ("frm_", "ses_"):
+            from launcher.home.id_prefixes import AmbiguousId, expand_id
+
+            try:
+                setattr(args, name, expand_id(value))
+            except AmbiguousId as ambiguous:
+                return str(ambiguous)
+    return None
 
 
 def forget_working_directory() -> None:

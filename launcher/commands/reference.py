@@ -93,6 +93,12 @@ def render() -> str:
         "failure with a message or a diagnostic code (`mur explain CODE`), 2 a usage "
         "error, 141 when the reader of the output went away.",
         "",
+        "**Ids.** Wherever a command takes a formation id (`frm_...`) or a session id "
+        "(`ses_...`), a unique prefix of one will do (`frm_01a2`: `frm_` or `ses_` and at "
+        "least 4 hex digits), as git takes a commit's prefix; a prefix that starts several "
+        "ids is refused naming them (status 2). `mur stop` with no id stops the one "
+        "formation running in the project.",
+        "",
     ]
     for name, help_text, sub in _subcommands(parser):
         lines += _command(f"mur {name}", help_text, sub)

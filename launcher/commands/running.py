@@ -111,8 +111,14 @@ def _register_stop(subparsers: Any) -> None:
     stop = subparsers.add_parser(
         "stop", help="stop a formation (its launcher) or one session",
         description="Stop a running formation by its frm_ id (its launcher ends every "
-                    "member) or one session by its ses_ id.")
-    stop.add_argument("id", metavar="ID", help="a formation id (frm_...) or session id (ses_...)")
+                    "member) or one session by its ses_ id. Any unique prefix of an id "
+                    "will do (frm_01a2); with no ID, the one formation running in this "
+                    "project (--project, default: the current directory).")
+    stop.add_argument("id", metavar="ID", nargs="?",
+                      help="a formation id (frm_...) or session id (ses_...), or a unique "
+                           "prefix of one")
+    stop.add_argument("--project", type=Path, default=Path("."), metavar="DIR",
+                      help="with no ID: the project whose formation to stop")
     stop.add_argument("--json", action="store_true", help="print the result as JSON")
     stop.set_defaults(handler=_operator("stop"))
 

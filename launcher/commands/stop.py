@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from launcher.commands.common import failer, live_records, not_an_id
 from launcher.home.running_records import RunningRecord
@@ -48,16 +49,35 @@ def _wait_gone(records: Iterable[RunningRecord], timeout: float) -> list[Running
     return [record for record in waiting if record.is_live()]
 
 
+def _project_formation(project: Path, live: list[RunningRecord]) -> tuple[str | None, str]:
+    """The one formation running in ``project``; else None and what to say."""
+    here = os.path.realpath(project)
+    running = sorted(record.id for record in live if record.kind == "launcher"
+                     and record.project_dir is not None
+                     and os.path.realpath(record.project_dir) == here)
+    if len(running) == 1:
+        return running[0], ""
+    if not running:
+        return None, (f"no formation runs in {here}; `mur ps` lists what runs (name it: "
+                      "`mur stop frm_...`)")
+    return None, (f"{len(running)} formations run in {here} ({', '.join(running)}); name "
+                  "the one to stop (a unique prefix will do)")
+
+
 def stop(args: argparse.Namespace) -> int:
     """``mur stop <frm_…|ses_…>``: SIGTERM to a formation's launcher (which ends every
     member), or to one session; waits until it is gone."""
     fail = failer("stop", args)
-    ident: str = args.id
-    if not (is_formation_id(ident) or is_session_id(ident)):
-        return not_an_id(fail, ident)
     live = live_records(fail)
     if live is None:
         return 1
+    ident: str | None = args.id
+    if ident is None:
+        ident, problem = _project_formation(args.project, live)
+        if ident is None:
+            return fail(problem)
+    if not (is_formation_id(ident) or is_session_id(ident)):
+        return not_an_id(fail, ident)
     if is_formation_id(ident):
         targets = _formation_targets(ident, live)
         kind = "formation"
