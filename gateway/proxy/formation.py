@@ -114,6 +114,8 @@ TrustSource = Callable[[], str | None]
 #: Called once for every request sent to a member, with the callee and the virtual URL;
 #: returns the ``traceparent`` to send (the call's span), or ``None`` to send none.
 CallHook = Callable[[str, str], bytes | None]
+#: Called with the name (or host) a refused request was addressed to.
+RefusalHook = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------------------
@@ -149,7 +151,8 @@ class _Shared:
     """What every view of one member's proxy shares: pool, credentials, grant."""
 
     __slots__ = ("addresses", "allow", "authorizations", "bounds", "door_wait", "doors",
-                 "inner", "known", "metrics", "on_call", "tokens", "virtual_hosts")
+                 "inner", "known", "metrics", "on_call", "on_refused", "tokens",
+                 "virtual_hosts")
 
     def __init__(self, inner: httpx.AsyncBaseTransport, doors: DoorDirectory,
                  allow: AllowList, on_call: CallHook | None, door_wait: float,
@@ -168,6 +171,7 @@ class _Shared:
         self.virtual_hosts = {name + VIRTUAL_SUFFIX: name for name in self.tokens}
         self.known: dict[str, _Door] = {}
         self.addresses = DoorAddresses()
+        self.on_refused: RefusalHook | None = None
 
     def __repr__(self) -> str:  # never the tokens
         return "_Shared(...)"
@@ -202,11 +206,15 @@ class FormationTransport(httpx.AsyncBaseTransport):
         door_wait: float = DOOR_URL_WAIT_SECONDS,
         metrics: DoorMetrics | None = None,
         bounds: CallBounds | None = None,
+        on_refused: RefusalHook | None = None,
     ) -> None:
         check_callees(tokens)
         self._shared = _Shared(inner, doors, AllowList(allow), on_call, door_wait, tokens,
                                metrics, bounds)
         self._trust = trust
+        # Told of each request step 1 refuses (the name or host addressed), for the
+        # operator's record; the component sees only the one refusal message.
+        self._shared.on_refused = on_refused
         self._owns_inner = True
 
     @property
@@ -280,6 +288,9 @@ class FormationTransport(httpx.AsyncBaseTransport):
                  and not userinfo and hosts == [raw_host]
                  and _FOLLOWS_REDIRECT not in request.extensions)
         if not exact or name not in self._shared.tokens:
+            on_refused = self._shared.on_refused
+            if on_refused is not None:
+                on_refused(name or raw_host)
             raise FormationRefused(request)
         return name
 

@@ -20,6 +20,9 @@ In this order:
 5. the bounds of a version 2 roster (docs/bounds.md) are reported as they held: each
    ``limit_reached`` record (a door's refusal or slowing of a call, or a member's own
    ``limits.calls``) and each decided ``approval`` (who decided, when, after how long);
+   and so is each call a member's own proxy refused (``member_call_refused``: an agent
+   that tried a member the roster does not let it call), which is the roster holding,
+   not a violation;
 6. the sealed record (when ``formation.json`` holds the formation's public key): every
    trace's hash chain (launcher/home/trace_chain.py), then every seal in
    ``seals.jsonl`` and every member's trace against them (launcher/home/seals.py). A
@@ -106,6 +109,9 @@ class AuditReport:
     violations: tuple[Violation, ...]
     limits_reached: tuple[BoundHeld, ...] = ()
     approvals: tuple[BoundHeld, ...] = ()
+    #: Calls a member's own proxy refused (no edge): the roster held, and the operator
+    #: sees who tried (``member_call_refused``).
+    refused: tuple[BoundHeld, ...] = ()
     #: Whether the record could be checked against seals (a formation.json with the key).
     sealed: bool = False
     seals_read: int = 0
@@ -119,6 +125,7 @@ class AuditReport:
                 "violations": [asdict(violation) for violation in self.violations],
                 "limits_reached": [asdict(held) for held in self.limits_reached],
                 "approvals": [asdict(held) for held in self.approvals],
+                "refused": [asdict(held) for held in self.refused],
                 "sealed": self.sealed, "seals_read": self.seals_read,
                 "unsealed": [asdict(tail) for tail in self.unsealed]}
 
@@ -140,7 +147,8 @@ def audit(formation_id: str) -> AuditReport:
     traces = find_formation_traces(formation_id)
     checked = 0
     violations: list[Violation] = []
-    held: dict[str, list[BoundHeld]] = {"limit_reached": [], "approval": []}
+    held: dict[str, list[BoundHeld]] = {"limit_reached": [], "approval": [],
+                                        "member_call_refused": []}
     for member, path in traces:
         for line, record in _numbered_records(path):
             bound = _bound_of(member, path, line, record)
@@ -164,6 +172,7 @@ def audit(formation_id: str) -> AuditReport:
     return AuditReport(formation_id, marker.edges, len(traces), checked, tuple(violations),
                        tuple(sorted(held["limit_reached"], key=lambda b: b.ts)),
                        tuple(sorted(held["approval"], key=lambda b: b.ts)),
+                       refused=tuple(sorted(held["member_call_refused"], key=lambda b: b.ts)),
                        sealed=marker.public_key is not None, seals_read=seals_read,
                        unsealed=tuple(unsealed))
 
@@ -207,6 +216,11 @@ def _bound_of(member: str, path: Path, line: int,
         return BoundHeld(str(path), line, str(record.get("ts", "")), event,
                          member if own else text["caller"], "-" if own else member,
                          f"{text['limit']} {text['value']}", text["error"],
+                         str(record.get("task_id") or ""))
+    if event == "member_call_refused":
+        return BoundHeld(str(path), line, str(record.get("ts", "")), event, member,
+                         str(record.get("callee") or "-"), "refused",
+                         f"{record.get('via') or '-'}: {record.get('reason') or ''}",
                          str(record.get("task_id") or ""))
     if event == "approval" and text["decision"] not in ("", "waiting"):
         detail = f"by {text['by']} after {text['waited_ms'] or '?'} ms"
@@ -292,6 +306,10 @@ def render_report(report: AuditReport) -> str:
               f"{escape_control(b.task_id) or '-'} {escape_control(b.what)} "
               f"{escape_control(b.detail)}  (at {escape_control(b.ts)})"
               for b in report.approvals]
+    lines += [f"refused: {escape_control(b.caller)} → {escape_control(b.callee)} task "
+              f"{escape_control(b.task_id) or '-'} ({escape_control(b.detail)})  (at "
+              f"{escape_control(b.ts)}, {escape_control(b.trace)}:{b.line})"
+              for b in report.refused]
     edges = len(report.edges)
     traces = report.traces_read
     calls = (f"{report.calls_checked} call{'s' * (report.calls_checked != 1)} checked in "
@@ -308,7 +326,9 @@ def render_report(report: AuditReport) -> str:
                       f"{'s' * (report.seals_read != 1)}"
                       + (", with an unsealed tail)" if report.unsealed else ")"))
     held = [(len(report.limits_reached), "limit reached", "limits reached"),
-            (len(report.approvals), "approval decided", "approvals decided")]
+            (len(report.approvals), "approval decided", "approvals decided"),
+            (len(report.refused), "call refused by its caller's proxy (no edge)",
+             "calls refused by their callers' proxies (no edge)")]
     said = [f"{count} {one if count == 1 else many}" for count, one, many in held if count]
     if said:
         lines[-1] += "; " + ", ".join(said)

@@ -133,6 +133,10 @@ def build_tree(records: Iterable[Record]) -> list[TaskNode]:
             _note_state(tasks, record)
         elif event == "member_call":
             calls.append((_text(record, "task_id"), _call(record)))
+        elif event == "member_call_refused":
+            refused = _call(record)
+            refused.outcome = "refused: no edge"
+            calls.append((_text(record, "task_id"), refused))
         elif event == "delegation":
             calls.append((_text(record, "task_id"), _delegation(record)))
         elif event in STEP_EVENTS:

@@ -66,11 +66,25 @@ def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
         if metrics is not None:
             metrics.bound_refusal("limit_reached", "self", "member.calls", calls)
 
+    def on_refused(addressed: str) -> None:
+        refused_call(trace, _CURRENT_TASK.get(), addressed, "http")
+
     call_bounds = None if bounds is None else CallBounds(
         calls=bounds[0], depth_of=bounds[1], on_limit=on_limit)
     return FormationTransport(_FirstUse(make_inner), tokens=tokens, doors=doors,
                               allow=allow, on_call=on_request, metrics=metrics,
-                              bounds=call_bounds)
+                              bounds=call_bounds, on_refused=on_refused)
+
+
+#: What the operator's record says of a call the member's own proxy refused.
+REFUSED_REASON = "no edge: the roster does not let this member call it"
+
+
+def refused_call(trace: TraceBus, task_id: str | None, addressed: str, via: str) -> None:
+    """The operator's record of a refused call (``member_call_refused``): the agent's
+    own refusal stays the reference's one message, this names what it addressed."""
+    trace.emit("member_call_refused", task_id=task_id, callee=addressed[:64], via=via,
+               reason=REFUSED_REASON)
 
 
 def task_calls(transport: FormationTransport, *, trace: TraceBus, task_id: str,
@@ -99,6 +113,8 @@ class TracedCalls(MemberCalls):
         self._span = span
 
     async def call_member(self, name: str, text: str) -> CallHandle:
+        if name not in self.peers:   # refused below; the operator's record says so
+            refused_call(self._trace, self._task_id, str(name), "call_member")
         # The call's task (made in super().call_member) inherits both: its requests
         # carry the span, and offer_settled, which runs in it, reads it back.
         flag = _IN_CALL_MEMBER.set(True)
