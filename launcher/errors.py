@@ -43,6 +43,8 @@
     │                                 database this version reads (an OSError)
     ├── RebuildRefused .............. admission.sources: member sources that do not pack
     │                                 (each one's E-ROS-013; nothing installed)
+    ├── AmbiguousId ................. home.id_prefixes: an id prefix starts several ids
+    │                                 (a ValueError; exit 2)
     ├── RosterEditRefused ........... admission.roster_edit: mur add cannot add the member
     │                                 as asked (exit 2)
     ├── AuditRefused ................ commands.audit: no edges recorded to check a formation's

@@ -160,7 +160,7 @@ def test_the_command_exits_0_clean_and_1_with_violations(
         "violations": [{"trace": str(coder), "line": 3, "ts": "t2", "event": "member_call",
                         "caller": "coder", "callee": "planner", "task_id": "c1",
                         "problem": "is no admitted edge"}],
-        "limits_reached": [], "approvals": [],
+        "limits_reached": [], "approvals": [], "refused": [],
         # A formation.json without the formation's public key: nothing sealed to check.
         "sealed": False, "seals_read": 0, "unsealed": []}
 
