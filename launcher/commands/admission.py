@@ -14,6 +14,7 @@ from launcher.diagnostics import DiagnosticError, emit
 
 if TYPE_CHECKING:
     from launcher.admission.roster import AdmittedRoster
+    from launcher.diagnostics.entry import CodeEntry
 
 
 def register(subparsers: Any) -> None:
@@ -35,6 +36,9 @@ def register(subparsers: Any) -> None:
     explain.add_argument("code", nargs="?", metavar="CODE",
                          help="a diagnostic code such as E-ROS-004 (any case); none: list "
                               "every code")
+    explain.add_argument("--json", action="store_true",
+                         help="print JSON on stdout: one object for CODE (code, severity, "
+                              "title, meaning, message, hint, named_by), or {\"codes\": [...]}")
     explain.set_defaults(handler=_explain)
 
 
@@ -109,16 +113,35 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     from launcher.diagnostics import TABLE, explain
+    from launcher.diagnostics.table import lookup
 
     if args.code is None:
+        if args.json:
+            print(json.dumps({"codes": [_entry_json(entry) for entry in TABLE]}))
+            return 0
         for entry in TABLE:
             print(f"{entry.code}  {entry.severity:<7}  {entry.title}")
         return 0
     try:
         text = explain(args.code)
     except KeyError:
-        print(f"mur explain: `{args.code}` is not a diagnostic code; `mur explain` lists every "
-              "code (they look like E-ROS-004)", file=sys.stderr)
+        message = (f"`{args.code}` is not a diagnostic code; `mur explain` lists every code "
+                   "(they look like E-ROS-004)")
+        if args.json:   # the one error shape of every --json command
+            print(json.dumps({"error": {"code": None, "severity": "error",
+                                        "message": message, "hint": "mur explain --json",
+                                        "path": "CODE"}}))
+        else:
+            print(f"mur explain: {message}", file=sys.stderr)
         return 2
+    if args.json:
+        print(json.dumps(_entry_json(lookup(args.code))))
+        return 0
     sys.stdout.write(text)
     return 0
+
+
+def _entry_json(entry: CodeEntry) -> dict[str, str]:
+    return {"code": entry.code, "severity": entry.severity, "title": entry.title,
+            "meaning": entry.meaning, "message": entry.message, "hint": entry.hint,
+            "named_by": entry.named_by}

@@ -368,3 +368,18 @@ def test_doctor_prints_each_model_members_endpoint_and_warns_of_an_unset_key(
         ("worker", "OPENAI_API_KEY", True, "http://localhost:11434/v1")]
     assert "sk-a-key-doctor-never-prints" not in out
 
+
+
+def test_explain_json_is_one_object_for_a_code_and_for_the_list(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "e-ros-004", "--json"]) == 0
+    entry = json.loads(capsys.readouterr().out)
+    assert entry["code"] == "E-ROS-004" and entry["severity"] == "error"
+    assert set(entry) == {"code", "severity", "title", "meaning", "message", "hint",
+                          "named_by"}
+    assert main(["explain", "--json"]) == 0
+    codes = json.loads(capsys.readouterr().out)["codes"]
+    assert "W-ROS-005" in [row["code"] for row in codes]
+    assert main(["explain", "E-NOPE-001", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert err == "" and json.loads(out)["error"]["path"] == "CODE"
