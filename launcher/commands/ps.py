@@ -108,8 +108,48 @@ def _name(capsule: str | None) -> str:
     return (capsule or "-").rsplit("/", 1)[-1]
 
 
+def ended_formations(running: set[str]) -> list[dict[str, Any]]:
+    """The formations whose directory (and ``formation.json``) is still kept and whose
+    launcher no longer runs, newest first: id, when it started (from its id), project."""
+    import os
+
+    from launcher.home.formations import read_formation_marker
+    from launcher.home.paths import formations_root
+    from launcher.ids import is_formation_id
+
+    try:
+        names = [name for name in os.listdir(formations_root()) if is_formation_id(name)]
+    except OSError:
+        return []
+    ended = []
+    for ident in sorted(names, reverse=True):    # UUIDv7: newest first
+        if ident in running:
+            continue
+        marker = read_formation_marker(ident)
+        ended.append({"formation_id": ident, "started": _started_at(ident),
+                      "project_dir": marker.project_dir if marker is not None else None})
+    return ended
+
+
+def _started_at(ident: str) -> str:
+    """When a formation started, from its UUIDv7 id's first 48 bits (milliseconds)."""
+    from datetime import UTC, datetime
+
+    millis = int(ident[4:16], 16)
+    return datetime.fromtimestamp(millis / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def render_ended(ended: list[dict[str, Any]]) -> str:
+    if not ended:
+        return "no ended formation is kept\n"
+    rows = [["ENDED FORMATION", "STARTED", "PROJECT"]]
+    rows += [[f["formation_id"], f["started"], f["project_dir"] or "-"] for f in ended]
+    return "\n".join(_table(rows)) + "\n"
+
+
 def ps(args: argparse.Namespace) -> int:
-    """``mur ps [--json]``: running formations with their members, then sessions."""
+    """``mur ps [-a] [--json]``: running formations with their members, then sessions;
+    with ``-a``, the ended formations still kept too."""
     fail = failer("ps", args)
     try:
         prune_stale()
@@ -119,8 +159,13 @@ def ps(args: argparse.Namespace) -> int:
     if live is None:
         return 1
     state = running_state(live)
+    show_all = bool(getattr(args, "all", False))
+    if show_all:
+        state["ended"] = ended_formations({f["formation_id"] for f in state["formations"]})
     if args.json:
         print(json.dumps(state))
     else:
         sys.stdout.write(render_ps(state))
+        if show_all:
+            sys.stdout.write("\n" + render_ended(state["ended"]))
     return 0

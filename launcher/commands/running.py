@@ -129,6 +129,9 @@ def _register_ps(subparsers: Any) -> None:
         description="List running formations with their members, and standalone sessions, "
                     "from the running records (stale records are pruned).")
     ps.add_argument("--json", action="store_true", help="print one JSON document")
+    ps.add_argument("-a", "--all", action="store_true",
+                    help="also the formations that ended and whose records are still kept "
+                         "(newest first), for `mur trace show`, `mur audit` and `mur logs`")
     ps.set_defaults(handler=_operator("ps"))
 
 

@@ -71,3 +71,24 @@ def test_a_prefix_that_starts_several_ids_is_refused_naming_them(murmur_home: Pa
     assert expand_id("frm_ffffffff") == "frm_ffffffff"   # none: the command says so
     done = mur("stop", first[:-1], env=launcher_env(MURMUR_HOME=str(murmur_home)))
     assert done.returncode == 2 and "starts 2 ids" in done.stderr
+
+
+def test_ps_all_lists_the_formations_that_ended_newest_first(tmp_path: Path,
+                                                            murmur_home: Path) -> None:
+    # A formation with a peer keeps a formation directory (one of a single member has none).
+    project = simple_project(tmp_path, ["solo", "helper"], entry="solo",
+                             reachability={"solo": ["helper"]})
+    env = launcher_env(MURMUR_HOME=str(murmur_home))
+    ran = []
+    for _ in range(2):
+        done = mur("run", "--roster", "--project", str(project), "--json", "--task", "hi",
+                   env=env, cwd=project)
+        assert done.returncode == 0, done.stderr
+        ran.append(json.loads(done.stdout.splitlines()[0])["formation_id"])
+    listed = json.loads(mur("ps", "-a", "--json", env=env).stdout)
+    assert [f["formation_id"] for f in listed["ended"]] == ran[::-1]
+    assert listed["ended"][0]["project_dir"] == str(project.resolve())
+    assert listed["ended"][0]["started"].endswith("Z")
+    text = mur("ps", "-a", env=env).stdout
+    assert "ENDED FORMATION" in text and ran[0] in text
+    assert "ended" not in json.loads(mur("ps", "--json", env=env).stdout)
