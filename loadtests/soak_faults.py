@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from launcher.admission.store import install, pack  # noqa: E402
 from launcher.home.running_records import list_live  # noqa: E402
+from loadtests.soak_formation import capsule  # noqa: E402 - its soak's capsule writer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -87,28 +88,15 @@ async def run(task):
 """
 
 
-def capsule(root: Path, name: str, agent: str, extra: list[str]) -> Path:
-    source = root / "src" / name
-    source.mkdir(parents=True)
-    lines = ["manifest_version: 1", f"name: {name}", "version: 1.0.0",
-             f"description: soak member {name}", "agent: {python: agent:run}",
-             "network: {authentication: {}}", *extra]
-    (source / "murmur.yaml").write_text("\n".join(lines) + "\n")
-    (source / "agent.py").write_text(agent.lstrip())
-    return source
-
-
 def make_project(root: Path) -> Path:
     project = root / "project"
     project.mkdir()
     for source in (
-            capsule(root, "faults-entry", ENTRY_AGENT, [
-                "lifecycle: {concurrency: 1, queue_depth: 0}",
-                "capabilities: {network: {allow: [localhost]}}"]),
-            capsule(root, "faults-callee", CALLEE_AGENT, [
-                "lifecycle: {concurrency: 8, queue_depth: 32, restart: on-failure, "
-                "restart_limit: {count: 1000, within: 10m}}",
-                "exports: {peer_tasks: {accept: true}}"])):
+            capsule(root, "faults-entry", ENTRY_AGENT, accept=False, calls=True,
+                    lifecycle="{concurrency: 1, queue_depth: 0}"),
+            capsule(root, "faults-callee", CALLEE_AGENT, accept=True, calls=False,
+                    lifecycle="{concurrency: 8, queue_depth: 32, restart: on-failure, "
+                              "restart_limit: {count: 1000, within: 10m}}")):
         install(pack(source, root / f"{source.name}.mur.zip").path, project)
     (project / "roster.yaml").write_text(
         "roster_version: 1\nmembers:\n"
