@@ -45,23 +45,36 @@ def parse_duration(value: object) -> int:
 
 _DEADLINE_FORMS = (f"write {DURATION_FORMS}, or an ISO-8601 UTC time such as "
                    "2026-01-02T03:04:05Z")
+_SINCE_FORMS = (f"write {DURATION_FORMS} (that long ago), or an ISO-8601 time such as "
+                "2026-01-02T03:04:05Z")
 
 
 def parse_deadline(value: str, now: datetime) -> datetime:
     """The moment ``--deadline`` names, in UTC: a duration (``90s``, ``10m``, ``2h``, a
     whole number of seconds) from ``now``, else an ISO-8601 time, in UTC when it names no
     zone. ``ValueError`` with a sentence that starts ``--deadline`` for anything else."""
+    return _moment(value, now, 1, "--deadline", _DEADLINE_FORMS)
+
+
+def parse_since(value: str, now: datetime) -> datetime:
+    """The moment a ``--since`` names, in UTC: a duration (``10m``, ``2h``) before
+    ``now``, else an ISO-8601 time (UTC when it names no zone). ``ValueError`` with a
+    sentence that starts ``--since`` for anything else."""
+    return _moment(value, now, -1, "--since", _SINCE_FORMS)
+
+
+def _moment(value: str, now: datetime, direction: int, flag: str, forms: str) -> datetime:
     text = value.strip()
     if text and text[0].isdigit() and "-" not in text and ":" not in text:
         try:
-            return now + timedelta(seconds=parse_duration(text))
+            return now + direction * timedelta(seconds=parse_duration(text))
         except ValueError as exc:
-            raise ValueError(f"--deadline {exc}; {_DEADLINE_FORMS}") from None
+            raise ValueError(f"{flag} {exc}; {forms}") from None
     try:
         moment = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"--deadline `{text[:40]}` is neither a duration nor an ISO-8601 "
-                         f"time; {_DEADLINE_FORMS}") from None
+        raise ValueError(f"{flag} `{text[:40]}` is neither a duration nor an ISO-8601 "
+                         f"time; {forms}") from None
     if moment.tzinfo is None:  # the flag takes a UTC time: one without a zone is UTC
         return moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC)

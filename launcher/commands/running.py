@@ -173,14 +173,29 @@ def _register_cancel(subparsers: Any) -> None:
 
 def _register_logs(subparsers: Any) -> None:
     logs = subparsers.add_parser(
-        "logs", help="print the logs of a formation's members or of one session",
-        description="Print each session's own log (logs/member.log: the runtime's warnings "
-                    "and errors, an agent's exception with its traceback) and its bootstrap "
-                    "log, every line behind its member's name, for every member of a "
-                    "formation (frm_...) or one session (ses_...).")
+        "logs", help="print what a formation's members printed and logged",
+        description="Print the logs of every member of a formation (frm_...), or of one "
+                    "session (ses_...), merged in time order, each line behind its "
+                    "member's name: what its agent or its upstream printed (stdout and "
+                    "stderr, kept in logs/output.log), the runtime's warnings and errors "
+                    "(logs/member.log, an agent's exception with its traceback) and what "
+                    "it said after its launcher was gone (logs/bootstrap.log). The logs "
+                    "stay after the formation ends, as long as its records are kept.")
     logs.add_argument("id", metavar="ID", help="a formation id (frm_...) or session id (ses_...)")
+    logs.add_argument("members", metavar="MEMBER", nargs="*",
+                      help="only these members of the formation (all when none is named)")
     logs.add_argument("--follow", "-f", action="store_true",
                       help="keep printing new lines until the formation or session ends")
+    logs.add_argument("--since", metavar="WHEN",
+                      help="only lines from then on: a duration before now (30s, 10m, 2h) "
+                           "or an ISO-8601 time (UTC when it names no zone)")
+    logs.add_argument("--tail", metavar="N", type=int,
+                      help="only the last N lines (then new ones with --follow)")
+    logs.add_argument("--timestamps", "-t", action="store_true",
+                      help="print each line's time (UTC) after the member's name")
+    logs.add_argument("--json", action="store_true",
+                      help="one JSON object a line: time, member, session, source "
+                           "(agent, upstream or runtime) and text")
     logs.set_defaults(handler=_operator("logs"))
 
 

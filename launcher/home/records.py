@@ -72,6 +72,10 @@ class SessionRecords:
         return self.logs / MEMBER_LOG
 
     @property
+    def output_log(self) -> Path:
+        return self.logs / OUTPUT_LOG
+
+    @property
     def operator_token(self) -> Path:
         return self.dir / OPERATOR_TOKEN_FILE
 
@@ -79,6 +83,9 @@ class SessionRecords:
 #: The member runtime's own log in ``logs/``: its warnings and errors, an agent's
 #: exception with its traceback among them (``mur logs`` prints it).
 MEMBER_LOG = "member.log"
+#: What the member's own programs print (its agent, its upstream), kept line by line
+#: with the time each was read (launcher/member/output_log.py).
+OUTPUT_LOG = "output.log"
 
 
 def session_records(workdir: str | os.PathLike[str], session_id: str) -> SessionRecords:

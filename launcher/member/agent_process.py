@@ -185,10 +185,11 @@ def spawn_agent() -> AgentChild:
     return AgentChild(popen.pid, parent_end, output, popen)
 
 
-def relay_output(fd: int) -> None:
+def relay_output(fd: int, keep: Callable[[bytes], None] | None = None) -> None:
     """Copy what the agent process prints to this runtime's stderr as it comes: the
     runtime's descriptor 2 is where its diagnostics go, and follows it to the session's
-    bootstrap log when the launcher is gone. Ends (and closes ``fd``) at end of file."""
+    bootstrap log when the launcher is gone; and to ``keep`` (the session's output log).
+    Ends (and closes ``fd``) at end of file."""
     loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
 
@@ -202,6 +203,8 @@ def relay_output(fd: int) -> None:
             return
         with contextlib.suppress(OSError):
             os.write(2, data)
+        if keep is not None:
+            keep(data)
 
     loop.add_reader(fd, readable)
 
@@ -232,7 +235,8 @@ class AgentProcess:
                  calls_factory: Callable[[TaskRun], Any] | None, trace: TraceBus,
                  spawn: Callable[[], AgentChild] = spawn_agent,
                  cgroup: AgentCgroup | None = None,
-                 on_record: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 on_record: Callable[[str, dict[str, Any]], None] | None = None,
+                 on_output: Callable[[bytes], None] | None = None) -> None:
         self._start = {"op": START, "v": VERSION, **start}
         self._python = python
         self._max_turns = max_turns
@@ -241,6 +245,8 @@ class AgentProcess:
         self._spawn = spawn
         #: Told of each record the agent process asks for (the door's token counters).
         self._on_record = on_record
+        #: Told of what the agent process prints (the session's output log).
+        self._on_output = on_output
         #: The agent side's cgroup, where one could be made (launcher/sandbox/agent_cgroup.py).
         self._cgroup = cgroup
         self._child: AgentChild | None = None
@@ -269,7 +275,7 @@ class AgentProcess:
             self._cgroup.add(child.pid)
         self._child = child
         if child.output >= 0:
-            relay_output(child.output)
+            relay_output(child.output, self._on_output)
         reader, writer = await asyncio.open_connection(sock=child.sock, limit=LINE_LIMIT)
         child.watch_exit()
         self._writer = writer

@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gateway.redaction import redact
+from launcher.home.trace import timestamp
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class _RedactingFormatter(logging.Formatter):
     """The whole entry, traceback included, tokens redacted. The traceback is formatted
-    afresh: the stderr handler caches its one-line form on the record first."""
+    afresh: the stderr handler caches its one-line form on the record first. The time is
+    UTC as the trace and the output log write it, so ``mur logs`` can merge the three."""
+
+    def formatTime(self, record: logging.LogRecord,  # noqa: N802 - logging's name
+                   datefmt: str | None = None) -> str:
+        return timestamp(datetime.fromtimestamp(record.created, UTC))
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
         # Agent code runs in the agent process: its own traceback came over the wire.
@@ -43,7 +50,6 @@ def open_member_log(path: Path) -> logging.Handler:
     handler = logging.FileHandler(path, encoding="utf-8", delay=True)
     handler.setLevel(logging.WARNING)
     formatter = _RedactingFormatter(FORMAT)
-    formatter.default_msec_format = "%s.%03d"
     handler.setFormatter(formatter)
     logging.getLogger().addHandler(handler)
     return handler

@@ -38,6 +38,7 @@ from launcher.home.session_retention import format_session_removal, session_rete
 from launcher.home.trace import TraceWriter, timestamp
 from launcher.member.member_log import close_member_log, open_member_log
 from launcher.member.outcome import SessionOutcome, decide, file_not_written, result_text
+from launcher.member.output_log import OutputLog
 from launcher.member.place import close_place
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class SessionFiles:
         self.records: SessionRecords | None = None
         self.writer: TraceWriter | None = None
         self._log: logging.Handler | None = None
+        #: ``logs/output.log``: what the agent and the upstream print.
+        self.output: OutputLog | None = None
         self._diagnostics = diagnostics
         self._json_mode = json_mode
         #: Files whose last write failed and was reported (E-RUN-048 is printed once).
@@ -67,6 +70,7 @@ class SessionFiles:
         assert self.records is not None
         self.writer = TraceWriter(self.records.trace, session_id=self.records.session_id)
         self._log = open_member_log(self.records.member_log)
+        self.output = OutputLog(self.records.output_log)
 
     def write_record(self, record: TraceRecord) -> None:
         writer = self.writer
@@ -124,6 +128,14 @@ class SessionFiles:
         if self._log is not None:
             close_member_log(self._log)
             self._log = None
+        if self.output is not None:
+            self.output.close()
+            self.output = None
+
+    def take_output(self, source: str, data: bytes) -> None:
+        """What ``source`` (the agent, the upstream) printed, for ``logs/output.log``."""
+        if self.output is not None:
+            self.output.take(source, data)
 
 
 def write_task_result(session: MemberSession, task: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 from datetime import datetime
@@ -355,7 +356,8 @@ class AgentSide:
             start, python=python, max_turns=manifest.inference.max_turns, trace=session.bus,
             calls_factory=self.seam.calls_for
             if python and (place.callees or self.seam.delegator is not None) else None,
-            cgroup=self._agent_cgroup(), on_record=self._count_record)
+            cgroup=self._agent_cgroup(), on_record=self._count_record,
+            on_output=functools.partial(session.files.take_output, "agent"))
         self.agent = process
         child, plan.agent_child = plan.agent_child, None
         try:
@@ -433,7 +435,8 @@ class AgentSide:
         if upstream.port is not None:
             confinement = self._confinement(records, slot.port, (upstream.port,),
                                             programs=(upstream.program(env),))
-        await upstream.start(env, confinement=confinement, cgroup=self._agent_cgroup())
+        await upstream.start(env, confinement=confinement, cgroup=self._agent_cgroup(),
+                             output=functools.partial(session.files.take_output, "upstream"))
         waiting = asyncio.create_task(
             upstream.wait_for_card(_ready_seconds(options.deadline, READY_SECONDS)),
             name="murmur-upstream-card")

@@ -114,6 +114,8 @@ class Upstream:
         self.card: dict[str, Any] | None = None
         self.rpc_url: str | None = None
         self.stderr_tail: StderrTail | None = None
+        #: Whether it runs confined (a refusal it prints is then the sandbox's).
+        self.confined = False
 
     @classmethod
     def prepare(cls, spec: UpstreamSpec, environ: Mapping[str, str]) -> Upstream:
@@ -149,16 +151,20 @@ class Upstream:
 
     async def start(self, env: Mapping[str, str], *,
                     confinement: AgentPlan | None = None,
-                    cgroup: AgentCgroup | None = None) -> None:
+                    cgroup: AgentCgroup | None = None,
+                    output: Callable[[bytes], None] | None = None) -> None:
         """Start a ``command`` upstream (a ``url`` one already runs), confined as
         ``confinement`` says (Landlock, the socket filter and no capability, applied
         between its fork and its exec: both are built here, the child only applies
-        them); in ``cgroup`` (joined first, before it is confined), when given."""
+        them); in ``cgroup`` (joined first, before it is confined), when given. What it
+        prints (stdout and stderr, one pipe) is copied to this runtime's stderr and told
+        to ``output`` (the session's output log)."""
         agent = self.spec.agent
         if agent.command is None or self.port is None:
             return
         argv = agent.command_for(self.port)
         argv[0] = _program(argv[0], env)
+        self.confined = confinement is not None
         ruleset = _ruleset(confinement)
         socket_filter = _socket_filter(confinement)
         join = _join_fd(cgroup)
@@ -166,11 +172,10 @@ class Upstream:
             with descendants.starting():
                 self.process = await asyncio.create_subprocess_exec(
                     *argv, cwd=self.spec.capsule_dir, env=dict(env), start_new_session=True,
-                    stdin=asyncio.subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                    # Confined, its stderr comes through here: a refusal it prints names
-                    # the path the sandbox denied (launcher/sandbox/denials.py).
-                    stderr=sys.stderr.fileno() if confinement is None
-                    else asyncio.subprocess.PIPE,
+                    # Both through here: kept in the output log, and a refusal it prints
+                    # names the path the sandbox denied (launcher/sandbox/denials.py).
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
                     preexec_fn=None if confinement is None and join is None
                     else _confine_child(ruleset, socket_filter, join,
                                         confined=confinement is not None))
@@ -189,9 +194,9 @@ class Upstream:
                 os.close(ruleset)
             if join is not None:
                 os.close(join)
-        if self.process.stderr is not None:
-            self.stderr_tail = StderrTail(sys.stderr.fileno())
-            self.stderr_tail.follow(self.process.stderr)
+        if self.process.stdout is not None:
+            self.stderr_tail = StderrTail(sys.stderr.fileno(), keep=output)
+            self.stderr_tail.follow(self.process.stdout)
 
     async def wait_for_card(self, seconds: float = READY_SECONDS) -> UpstreamClient:
         """Read the card until it answers; the client for its JSON-RPC interface."""
@@ -234,6 +239,7 @@ class Upstream:
         tail = self.stderr_tail
         if tail is not None:
             await tail.finish()
+        if tail is not None and self.confined:  # else no sandbox denied it anything
             path = denied_path(tail.lines)
             if path is not None:
                 raise DiagnosticError(_denied(self.spec, exited, path))

@@ -15,7 +15,7 @@ import contextlib
 import os
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 __all__ = ["StderrTail", "denied_path", "grant_hint"]
@@ -37,8 +37,10 @@ class StderrTail:
     """A program's stderr copied to ``sink`` (a file descriptor) as each line comes, its
     last :data:`TAIL_LINES` lines kept for :func:`denied_path`."""
 
-    def __init__(self, sink: int) -> None:
+    def __init__(self, sink: int, keep: Callable[[bytes], None] | None = None) -> None:
         self.sink = sink
+        #: Told of each line too (the session's output log).
+        self.keep = keep
         self.lines: deque[str] = deque(maxlen=TAIL_LINES)
         self._task: asyncio.Task[None] | None = None
 
@@ -57,6 +59,8 @@ class StderrTail:
                 return
             with contextlib.suppress(OSError):
                 os.write(self.sink, line)
+            if self.keep is not None:
+                self.keep(line)
             self.lines.append(line[:MAX_LINE].decode("utf-8", "replace").rstrip("\n"))
 
     async def finish(self, grace: float = 1.0) -> None:

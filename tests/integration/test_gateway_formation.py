@@ -28,6 +28,7 @@ from tests.support.formation import (
     install_capsule,
     kill_group_quietly,
     member_traces,
+    mur,
     read_formation_line,
     start_launcher,
     wait_gone,
@@ -131,6 +132,11 @@ def test_both_third_party_agents_call_the_worker_and_the_roster_refuses_other_ed
                if r["event"] == "a2a_task_received"}
     assert callers == {"sdkbot", "jsbot"}
     assert "mft1." not in stdout + stderr
+    # What each upstream printed is kept after the formation ended (mur logs).
+    logs = mur("logs", formation["formation_id"], "sdkbot")
+    assert logs.returncode == 0, logs.stderr
+    assert "[sdkbot] sdkbot listening on http://127.0.0.1:" in logs.stdout, logs.stdout
+    assert "[jsbot]" not in logs.stdout and "mft1." not in logs.stdout
 
 
 # --------------------------------------------------------------------- kill -9 of an upstream

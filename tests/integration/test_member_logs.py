@@ -4,6 +4,7 @@ following until the session ends."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -84,6 +85,49 @@ def test_mur_logs_follow_prints_new_lines_until_the_session_ends(project: Projec
             follower.kill()
     assert follower.returncode == 0, err
     assert "KeyError: 'missing-key'" in out
+
+
+PRINTING_AGENT = """
+import logging
+import sys
+
+
+async def run(task):
+    print(f"print says {task.text}")
+    print("stderr says hi", file=sys.stderr)
+    logging.getLogger("my.agent").warning("logging says careful")
+    return "done"
+"""
+
+
+def test_what_an_agent_prints_is_kept_and_shown_after_the_session_ended(
+        project: Project) -> None:
+    project.capsule("talker", agent=PRINTING_AGENT)
+    member = project.run("talker")
+    answer = member.rpc("SendMessage", {"message": {
+        "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}})
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    member.signal()
+    assert member.wait() == 0
+    session = str(member.ready["session_id"])
+    printed = project.mur("logs", session)
+    assert printed.returncode == 0, printed.stderr
+    for said in ("print says hello", "stderr says hi", "logging says careful"):
+        assert f"[{session}] " in printed.stdout and said in printed.stdout, printed.stdout
+    kept = (member.records / "logs" / "output.log")
+    assert kept.stat().st_mode & 0o077 == 0 and "agent print says hello" in kept.read_text()
+    as_json = project.mur("logs", session, "--json", "--timestamps")
+    rows = [json.loads(line) for line in as_json.stdout.splitlines()]
+    [row] = [row for row in rows if row["text"] == "print says hello"]
+    assert row["source"] == "agent" and row["session"] == session
+    assert row["time"].endswith("Z")
+    later = project.mur("logs", session, "--since", "2999-01-01T00:00:00Z")
+    assert later.returncode == 0 and later.stdout == ""
+    last = project.mur("logs", session, "--tail", "1", "-t")
+    assert len(last.stdout.splitlines()) == 1
+    assert last.stdout.startswith(f"[{session}] 20"), last.stdout
+    wrong = project.mur("logs", session, "--since", "yesterday")
+    assert wrong.returncode == 2 and "--since `yesterday`" in wrong.stderr
 
 
 def test_mur_logs_of_nothing_says_so(project: Project) -> None:
