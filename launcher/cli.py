@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from launcher import __version__
 
@@ -26,8 +28,25 @@ Handler = Callable[[argparse.Namespace], int]
 BROKEN_PIPE_STATUS = 141
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage error with ``--json`` among the arguments is the one
+    JSON failure object on stdout (every command's, launcher/diagnostics/report.py)
+    instead of a usage text on stderr; the status is argparse's 2 either way."""
+
+    #: Whether the command line being parsed asks for ``--json``.
+    json_wanted = False
+
+    def error(self, message: str) -> NoReturn:
+        if not _Parser.json_wanted:
+            super().error(message)
+        from launcher.diagnostics import failure_json
+
+        print(json.dumps(failure_json(self.prog, 2, message, hint=f"{self.prog} --help")))
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mur",
         description=(
             "Run formations of cooperating A2A agents. Who may call whom is set by a "
@@ -62,6 +81,7 @@ def run_program(argv: Sequence[str]) -> int:
 
 def _run(argv: Sequence[str] | None, *, program: bool) -> int:
     parser = build_parser()
+    _Parser.json_wanted = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
@@ -69,7 +89,12 @@ def _run(argv: Sequence[str] | None, *, program: bool) -> int:
         return 2
     problem = _expand_ids(args)
     if problem is not None:
-        print(f"mur {args.command}: {problem}", file=sys.stderr)
+        if getattr(args, "json", False):
+            from launcher.diagnostics import failure_json
+
+            print(json.dumps(failure_json(f"mur {args.command}", 2, problem)))
+        else:
+            print(f"mur {args.command}: {problem}", file=sys.stderr)
         return 2
     try:
         status = handler(args)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.commands import missing_project
-from launcher.diagnostics import DiagnosticError, emit
+from launcher.diagnostics import DiagnosticError, emit, failure_json
 
 if TYPE_CHECKING:
     from launcher.admission.roster import AdmittedRoster
@@ -60,12 +60,10 @@ def _doctor(args: argparse.Namespace) -> int:
 
     project: Path = args.project
     if args.json and not project.is_dir():  # the one object --json promises, then exit 2
-        print(json.dumps({"admitted": False, "project_dir": str(project),
-                          "error": {"code": None, "severity": "error",
-                                    "message": f"--project {project} is not a directory",
-                                    "hint": "name the directory that holds roster.yaml",
-                                    "path": "--project"},
-                          "warnings": []}))
+        print(json.dumps({**failure_json(
+            "mur doctor", 2, f"--project {project} is not a directory",
+            hint="name the directory that holds roster.yaml", path="--project"),
+            "admitted": False, "project_dir": str(project), "warnings": []}))
         return 2
     if missing_project("doctor", project):
         return 2
@@ -76,8 +74,8 @@ def _doctor(args: argparse.Namespace) -> int:
         admitted = admit(project)
     except DiagnosticError as refusal:
         if args.json:  # the diagnostic once, under "error" (docs/admission.md)
-            print(json.dumps({"admitted": False, "project_dir": str(project.resolve()),
-                              "error": refusal.diagnostic.to_json(),
+            print(json.dumps({**failure_json("mur doctor", 1, refusal.diagnostic),
+                              "admitted": False, "project_dir": str(project.resolve()),
                               "warnings": [fault.to_json() for fault in faults]}))
         else:
             for fault in faults:
@@ -128,9 +126,8 @@ def _explain(args: argparse.Namespace) -> int:
         message = (f"`{args.code}` is not a diagnostic code; `mur explain` lists every code "
                    "(they look like E-ROS-004)")
         if args.json:   # the one error shape of every --json command
-            print(json.dumps({"error": {"code": None, "severity": "error",
-                                        "message": message, "hint": "mur explain --json",
-                                        "path": "CODE"}}))
+            print(json.dumps(failure_json("mur explain", 2, message,
+                                          hint="mur explain --json", path="CODE")))
         else:
             print(f"mur explain: {message}", file=sys.stderr)
         return 2

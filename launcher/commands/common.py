@@ -14,6 +14,7 @@ import json
 import sys
 from collections.abc import Callable
 
+from launcher.diagnostics import failure_json
 from launcher.home.running_records import RunningRecord, RunningRecordsUnreadable, list_live
 from launcher.spawn.process import escape_control
 
@@ -22,14 +23,13 @@ Fail = Callable[..., int]
 
 def failer(command: str, args: argparse.Namespace) -> Fail:
     """How ``command`` reports a failure: ``mur <command>: <message>`` on stderr, or with
-    ``--json`` one object on stdout and nothing on stderr,
-    ``{"ok": false, "command", "error", "exit_status"}``; returns the exit status."""
+    ``--json`` one object on stdout and nothing on stderr (:func:`failure_json`, the one
+    shape of every command's failure); returns the exit status."""
     json_mode = bool(getattr(args, "json", False))
 
     def fail(message: str, code: int = 1) -> int:
         if json_mode:
-            print(json.dumps({"ok": False, "command": f"mur {command}", "error": message,
-                              "exit_status": code}))
+            print(json.dumps(failure_json(f"mur {command}", code, message)))
         else:
             print(f"mur {command}: {message}", file=sys.stderr)
         return code

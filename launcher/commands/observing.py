@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +51,10 @@ def _audit(args: argparse.Namespace) -> int:
     import json
 
     from launcher.commands.audit import AuditRefused, audit, render_report
+    from launcher.commands.common import failer
     from launcher.ids import is_formation_id
 
-    def fail(message: str) -> int:
-        if args.json:
-            print(json.dumps({"ok": False, "command": "mur audit", "error": message,
-                              "exit_status": 2}))
-        else:
-            print(f"mur audit: {message}", file=sys.stderr)
-        return 2
-
+    fail = partial(failer("audit", args), code=2)
     if not is_formation_id(args.formation):
         return fail(f"{args.formation!r} is not a formation id (frm_ followed by 32 "
                     "lowercase hex digits)")

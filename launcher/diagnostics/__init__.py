@@ -26,9 +26,16 @@ from __future__ import annotations
 from gateway.redaction import redact
 from launcher.diagnostics.entry import CodeEntry, Severity
 from launcher.diagnostics.page import DOCS_PATH, main, render_docs
-from launcher.diagnostics.report import Diagnostic, DiagnosticError, diagnostic, emit, explain
+from launcher.diagnostics.report import (
+    Diagnostic,
+    DiagnosticError,
+    diagnostic,
+    emit,
+    explain,
+    failure_json,
+)
 from launcher.diagnostics.table import CODES, TABLE, lookup
 
 __all__ = ["CODES", "DOCS_PATH", "TABLE", "CodeEntry", "Diagnostic", "DiagnosticError",
-           "Severity", "diagnostic", "emit", "explain", "lookup", "main", "redact",
+           "Severity", "failure_json", "diagnostic", "emit", "explain", "lookup", "main", "redact",
            "render_docs"]

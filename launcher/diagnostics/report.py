@@ -2,8 +2,9 @@
 
 In order: filling a row's templates (a placeholder the caller did not give shows as
 ``<name>``, and every value is redacted), :class:`Diagnostic`, :func:`diagnostic`,
-:class:`DiagnosticError`, :func:`emit`, then :func:`explain` (what ``mur explain CODE``
-prints) with how a template reads to people (:func:`shown`).
+:class:`DiagnosticError`, :func:`emit`, :func:`failure_json` (the one shape of every
+``--json`` command's failure), then :func:`explain` (what ``mur explain CODE`` prints)
+with how a template reads to people (:func:`shown`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,17 @@ def emit(diag: Diagnostic, stream: TextIO | None = None, json_mode: bool = False
     else:
         out.write(diag.render() + "\n")
     out.flush()
+
+
+def failure_json(command: str, exit_status: int, error: Diagnostic | str, *,
+                 hint: str | None = None, path: str | None = None) -> dict[str, object]:
+    """What every ``--json`` command prints, one object on stdout, when it fails:
+    ``{"ok": false, "command": "mur <command>", "exit_status": N, "error": {"code",
+    "severity", "message", "hint", "path"}}``, the error shaped as a diagnostic; a
+    failure that is no diagnostic has ``code`` null."""
+    shaped = error.to_json() if isinstance(error, Diagnostic) else {
+        "code": None, "severity": "error", "message": error, "hint": hint, "path": path}
+    return {"ok": False, "command": command, "exit_status": exit_status, "error": shaped}
 
 
 def explain(code: str) -> str:

@@ -50,6 +50,7 @@ from launcher.admission.sources import (
 )
 from launcher.diagnostics import DiagnosticError, diagnostic
 from launcher.durations import format_deadline, parse_deadline
+from launcher.formation import printing
 from launcher.formation.ending import FormationEnd, end_members, exit_code, run_retention
 from launcher.formation.members import (
     LaunchedMember,
@@ -58,7 +59,7 @@ from launcher.formation.members import (
     template_env,
 )
 from launcher.formation.output import formation_line
-from launcher.formation.printing import copy_result, report, say, show_formation_line
+from launcher.formation.printing import copy_result, refuse, report, say, show_formation_line
 from launcher.formation.ready import (
     PROBE_TIMEOUT,
     DeadlineFell,
@@ -103,7 +104,7 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _usage(message: str) -> int:
-    say(f"mur run: {message}")
+    refuse(message)
     return 2
 
 
@@ -116,8 +117,17 @@ def resolve_task(task: str) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """``mur run --roster``; the exit status."""
+    """``mur run --roster``; the exit status. With ``--json``, a launch refused before
+    its formation line prints the one JSON failure object on stdout."""
     forbid_inspection()  # before the key is minted (docs/isolation.md)
+    printing.begin()
+    status = _launch(args)
+    if args.json:
+        printing.show_failure(status)
+    return status
+
+
+def _launch(args: argparse.Namespace) -> int:
     if args.resume:
         return _usage("--roster cannot --resume a session: a formation is never resumed; "
                       "launch it again, as a new formation")

@@ -155,5 +155,5 @@ def test_what_cannot_be_audited_exits_2(ran: tuple[str, dict[str, str]]) -> None
     marker.write_text(json.dumps(data))
     old = mur("audit", formation_id, "--json", env=env)
     assert old.returncode == 2
-    assert json.loads(old.stdout)["error"].startswith(
+    assert json.loads(old.stdout)["error"]["message"].startswith(
         f"the formation.json of {formation_id} records no edges")

@@ -308,7 +308,8 @@ def test_doctor_json_when_refused_is_one_object_and_nothing_on_stderr(
     assert report["error"]["code"] == "E-ROS-001"
     assert set(report["error"]) == {"code", "severity", "message", "hint", "path"}
     # The diagnostic once, under "error", as docs/admission.md shows it.
-    assert set(report) == {"admitted", "project_dir", "error", "warnings"}
+    assert set(report) == {"admitted", "project_dir", "error", "warnings", "ok", "command",
+                           "exit_status"}
 
 
 def test_doctor_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

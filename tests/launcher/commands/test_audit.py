@@ -183,4 +183,4 @@ def test_the_command_exits_2_when_it_cannot_audit(
     assert failure["ok"] is False and failure["exit_status"] == 2
     expected = {"bad id": "is not a formation id", "no marker": "no readable formation.json",
                 "no edges": "records no edges"}[case]
-    assert expected in failure["error"]
+    assert expected in failure["error"]["message"]
