@@ -83,6 +83,7 @@ def _run(argv: Sequence[str] | None, *, program: bool) -> int:
     parser = build_parser()
     _Parser.json_wanted = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # --detach runs it again
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

@@ -10,6 +10,7 @@ imported when its command runs (``mur`` starts without them: a formation starts 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +97,25 @@ def _register_run(subparsers: Any) -> None:
                           "A formation's members take the launcher's choice")
     run.add_argument("--json", action="store_true",
                      help="print the readiness / formation line as one JSON object")
+    run.add_argument("--detach", "-d", action="store_true",
+                     help="with --roster: start the formation in the background and print "
+                          "its id once every member is ready (--json: the formation line); "
+                          "it serves until `mur stop`; the launcher's own lines go to "
+                          "records/detached/<id>.log under MURMUR_HOME")
     run.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.roster and args.detach:
+        from launcher.formation.detach import detach
+        return detach(args)
     if args.roster:
         from launcher.formation import launch
         return launch.main(args)
+    if args.detach:
+        print("mur run: --detach is taken with --roster (a member runs in the foreground; "
+              "start a formation of one to run it in the background)", file=sys.stderr)
+        return 2
     from launcher.member import main as member_main
     return member_main.main(args)
 
