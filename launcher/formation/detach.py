@@ -26,15 +26,10 @@ from pathlib import Path
 
 from launcher.diagnostics import failure_json
 from launcher.formation.members import mur_command
-from launcher.home.paths import records_root
+from launcher.home.paths import detached_logs
 
 #: The flags a detached launch takes off the child's command line.
 _DETACH_FLAGS = ("--detach", "-d")
-
-
-def detached_logs() -> Path:
-    """Where the launchers started with ``--detach`` write their stderr."""
-    return records_root() / "detached"
 
 
 def detached_log(formation_id: str) -> Path:

@@ -50,6 +50,12 @@ def records_root() -> Path:
     return home() / "records"
 
 
+def detached_logs() -> Path:
+    """Where launchers started with ``mur run --roster --detach`` write their stderr,
+    one ``<formation id>.log`` each."""
+    return records_root() / "detached"
+
+
 def running_dir() -> Path:
     return home() / "running"
 

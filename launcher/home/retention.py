@@ -5,6 +5,7 @@ be in use is never removed (docs/roster.md, "Removing formation directories").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from launcher.home.formations import (
     formation_records,
     read_formation_marker,
 )
-from launcher.home.paths import formations_root
+from launcher.home.paths import detached_logs, formations_root
 from launcher.home.running_records import RunningRecordsUnreadable, list_live
 from launcher.ids import id_time, is_formation_id
 
@@ -83,10 +84,11 @@ def retention_pass(
     Follows docs/runtime-files.md ("Retention of formation directories"): the project's directories
     (those whose marker names ``project_dir``, plus the current one) are ranked newest
     first; one past ``max_sessions`` or older than ``max_age`` is removed whole, with
-    its members' records. Never removed: the current formation or a newer one; one whose
-    launcher runs, or that a running record names while its process runs (everything,
-    when ``running/`` cannot be read); one whose marker names another project, or that
-    has no marker or an unreadable one. Returns the removals, newest first.
+    its members' records (and its launcher's log, when it ran detached). Never removed:
+    the current formation or a newer one; one whose launcher runs, or that a running
+    record names while its process runs (everything, when ``running/`` cannot be read);
+    one whose marker names another project, or that has no marker or an unreadable one.
+    Returns the removals, newest first.
     """
     if max_sessions is None and max_age is None:
         return []
@@ -110,6 +112,8 @@ def retention_pass(
         records = formation_records(ident)  # computed while the folder still resolves
         if remove_tree(path):
             remove_tree(records)
+            with contextlib.suppress(OSError):  # its log when it ran with --detach
+                (detached_logs() / f"{ident}.log").unlink(missing_ok=True)
             removals.append(Removal(formation_id=ident, reason=reason, path=path))
     return removals
 
