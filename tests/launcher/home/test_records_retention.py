@@ -238,3 +238,17 @@ def test_symlinks_and_strays_in_formations_are_left_alone(
 def test_no_formations_folder_is_nothing_to_do(project: Path) -> None:
     current = formation_id_at(NOW)
     assert run_pass(project, current, max_sessions=0, max_age=timedelta(0)) == []
+
+
+def test_a_removed_formation_takes_its_detached_launchers_log_with_it(
+        project: Path, dead_launcher: tuple[int, str]) -> None:
+    from launcher.home.paths import detached_logs
+
+    old = make_formation(3, project, dead_launcher)
+    kept = make_formation(2, project, dead_launcher)
+    current = make_formation(0, project, (os.getpid(), process_start_time(os.getpid()) or ""))
+    detached_logs().mkdir(parents=True)
+    for formation in (old, kept):
+        (detached_logs() / f"{formation}.log").write_text("launcher lines\n")
+    run_pass(project, current, max_sessions=2)
+    assert sorted(path.name for path in detached_logs().iterdir()) == [f"{kept}.log"]
