@@ -60,6 +60,7 @@ from launcher.formation.members import (
 )
 from launcher.formation.output import formation_line
 from launcher.formation.printing import copy_result, refuse, report, say, show_formation_line
+from launcher.formation.progress import note_while_waiting
 from launcher.formation.ready import (
     PROBE_TIMEOUT,
     DeadlineFell,
@@ -551,10 +552,13 @@ class Launch:
             member.process, reader, member=entry.name, formation_id=self.formation_id,
             until=until, deadline_bound=by_deadline, limit_seconds=self._bounds.ready_seconds))
         stopper = asyncio.create_task(self._stop.wait())
+        noting = asyncio.create_task(note_while_waiting(
+            lambda: [] if reading.done() else [entry.name], say))
         try:
             await asyncio.wait({reading, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopper.cancel()
+            noting.cancel()
         if not reading.done():
             reading.cancel()
             await asyncio.gather(reading, return_exceptions=True)

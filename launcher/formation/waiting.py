@@ -4,7 +4,8 @@
 In order: how long a member may take (:class:`ReadyBounds`: the readiness bound from
 its own start, never past ``--deadline``), one peer's readiness (its readiness line,
 then its door answering), then every peer at once, until all are ready, one of them
-fails, the deadline falls or a signal stops the launch.
+fails, the deadline falls or a signal stops the launch (saying which are not ready yet
+while it takes long: launcher/formation/progress.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from launcher.formation.ending import FormationEnd
 from launcher.formation.members import LaunchedMember
+from launcher.formation.printing import say
+from launcher.formation.progress import note_while_waiting
 from launcher.formation.ready import (
     DeadlineFell,
     NotReady,
@@ -84,8 +87,10 @@ async def await_peers(peers: Collection[LaunchedMember], stop: asyncio.Event,
              for member in peers}
     stopper = asyncio.create_task(stop.wait())
     deadline_fell = False
+    pending = set(waits)
+    noting = asyncio.create_task(note_while_waiting(
+        lambda: [waits[task].name for task in waits if task in pending], say))
     try:
-        pending = set(waits)
         while pending:
             done, _ = await asyncio.wait(pending | {stopper},
                                          return_when=asyncio.FIRST_COMPLETED)
@@ -102,9 +107,10 @@ async def await_peers(peers: Collection[LaunchedMember], stop: asyncio.Event,
                 break
     finally:
         stopper.cancel()
+        noting.cancel()
         for task in waits:
             task.cancel()
-        await asyncio.gather(stopper, *waits, return_exceptions=True)
+        await asyncio.gather(stopper, noting, *waits, return_exceptions=True)
         await client.aclose()
     if deadline_fell and not failures:
         return FormationEnd.DEADLINE_BEFORE_ENTRY

@@ -48,3 +48,28 @@ def test_mur_logs_shows_each_members_output_and_filters_by_member(
     stranger = mur("logs", formation, "reviewer", env=env)
     assert stranger.returncode == 2
     assert "no member 'reviewer'; its members: coder, planner" in stranger.stderr
+
+
+SLOW_TO_IMPORT = """
+import time
+
+time.sleep(4.5)   # a large model or library loading
+
+
+async def run(task):
+    return "slow but here"
+"""
+
+
+def test_a_member_slow_to_come_up_is_named_while_the_launcher_waits(
+        tmp_path: Path, murmur_home: Path) -> None:
+    project = simple_project(tmp_path, ["planner", "slow"], entry="planner",
+                             reachability={"planner": ["slow"]},
+                             agents={"planner": PLANNER.replace("coder", "slow"),
+                                     "slow": SLOW_TO_IMPORT})
+    env = launcher_env(MURMUR_HOME=str(murmur_home))
+    done = mur("run", "--roster", "--project", str(project), "--task", "x",
+               env=env, cwd=project, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "slow but here"
+    assert "mur run: waiting for slow to come up (3 s so far)" in done.stderr, done.stderr
