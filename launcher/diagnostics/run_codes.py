@@ -164,7 +164,7 @@ RUN_CODES: tuple[CodeEntry, ...] = (
     CodeEntry(
         "E-RUN-053", "error",
         "The deadline was reached",
-        "{subject} reached its deadline ({deadline}); work in flight was canceled",
+        "{subject} reached its deadline ({deadline}){work}",
         "give a later `--deadline`, or less work",
         "A member that reaches the formation's `--deadline` ends with status 1, writes "
         "`deadline_reached` and gives this code; the launcher exits with the entry member's "

@@ -397,7 +397,8 @@ class Launch:
     def _deadline_diagnostic(self) -> None:
         assert self.deadline is not None
         report(diagnostic("E-RUN-053", None, subject=f"formation {self.formation_id}",
-                          deadline=format_deadline(self.deadline)))
+                          deadline=format_deadline(self.deadline),
+                          work="; every member started was stopped"))
 
     # --- step 5: addresses --------------------------------------------------------------
 
@@ -415,7 +416,8 @@ class Launch:
         from then on (the lines behind its name above say why)."""
         while True:
             code = await member.process.wait_async()
-            if member.lifeline_closed_at is not None or self._ending:
+            if (member.lifeline_closed_at is not None or self._ending
+                    or self._bounds.deadline_passed()):  # it ended as every member does
                 return
             how, policy = describe_exit(code), member.spec.restart
             if code == 0 or not policy.on_failure:

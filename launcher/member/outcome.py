@@ -148,8 +148,10 @@ def decide(ending: Ending, *, session_id: str, deadline: str = "",
     if cause is Cause.FAILURE:
         return SessionOutcome(1, "failed", ending.failure)
     if cause is Cause.DEADLINE:
+        work = (f"; its work in flight was canceled (task {', '.join(ending.running)})"
+                if running else "; no task was running")
         return SessionOutcome(1, "deadline_reached", diagnostic(
-            "E-RUN-053", subject=f"session {session_id}", deadline=deadline))
+            "E-RUN-053", subject=f"session {session_id}", deadline=deadline, work=work))
     if cause in (Cause.SIGNAL, Cause.STOP_SESSION):
         if not running:
             return SessionOutcome(0, "ok")

@@ -37,7 +37,13 @@ from launcher.home.running_records import remove_running
 from launcher.home.session_retention import format_session_removal, session_retention_pass
 from launcher.home.trace import TraceWriter, timestamp
 from launcher.member.member_log import close_member_log, open_member_log
-from launcher.member.outcome import SessionOutcome, decide, file_not_written, result_text
+from launcher.member.outcome import (
+    Cause,
+    SessionOutcome,
+    decide,
+    file_not_written,
+    result_text,
+)
 from launcher.member.output_log import OutputLog
 from launcher.member.place import close_place
 
@@ -145,6 +151,15 @@ def write_task_result(session: MemberSession, task: dict[str, Any]) -> None:
         session.files.write_result(result_text(task))
 
 
+def _said_by_the_entry_member(session: MemberSession, cause: Cause) -> bool:
+    """A peer that reaches the formation's deadline with every other member: the entry
+    member says ``E-RUN-053`` for the formation (the peer's is in its trace), so the
+    launcher's terminal shows it once, not once a member."""
+    place = session.place
+    return (cause is Cause.DEADLINE and place.formation_id is not None
+            and not place.entry and not place.delegated)
+
+
 async def finish(session: MemberSession) -> SessionOutcome:
     """The session after :meth:`~launcher.member.session.MemberSession.trigger`: drain,
     decide, write ``session_end``, close; the ``--task`` result is printed last."""
@@ -168,7 +183,8 @@ async def finish(session: MemberSession) -> SessionOutcome:
         if unwritten is not None and outcome.exit_code == 0:
             # --task promises its answer in result.txt: without it the run failed.
             outcome = SessionOutcome(1, "failed", unwritten)
-        if outcome.diagnostic is not None and outcome.diagnostic is not unwritten:
+        if (outcome.diagnostic is not None and outcome.diagnostic is not unwritten
+                and not _said_by_the_entry_member(session, ending.cause)):
             files.report(outcome.diagnostic)
         session.bus.emit("session_end", exit_status=outcome.exit_status, code=outcome.code,
                          reason=ending.cause.value)

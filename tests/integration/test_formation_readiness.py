@@ -100,7 +100,10 @@ def test_a_peer_that_does_not_come_up_refuses_the_launch(
     assert "  hint: " in err
     if mode == "dead_door":
         assert "did not answer as session ses_" in err
-    assert out == ""  # no formation line, no result: the entry member never started
+    # No formation line, no result (the entry member never started): the one failure
+    # object --json promises, naming the first error.
+    [failure] = [json.loads(line) for line in out.splitlines()]
+    assert failure["ok"] is False and failure["error"]["code"] == "E-RUN-045"
     assert not paths.workdir_records(project).exists()
     formation_id = only_formation()
     assert formation_members_running(formation_id) == []
@@ -123,7 +126,8 @@ def test_deadline_while_waiting_for_doors_stops_everything_with_e_run_053(
     assert "error E-RUN-053: formation frm_" in err
     assert "reached its deadline" in err
     assert "E-RUN-045" not in err
-    assert out == ""
+    [failure] = [json.loads(line) for line in out.splitlines()]
+    assert failure["error"]["code"] == "E-RUN-053"
     assert formation_members_running(only_formation()) == []
     assert 1.5 < elapsed < 15, elapsed
 
