@@ -6,10 +6,11 @@ In this order (the relay's steps 2-6, as :mod:`gateway.relay.tasks` numbers them
 SendMessage and SendStreamingMessage (a message whose parts the upstream's card does not
 accept refused before anything is forwarded, then a follow-up of an owned task, or a new
 task through the gate, with its span), the stream observed event by event; GetTask and
-CancelTask (ownership first); SubscribeToTask (one upstream subscription per task,
-shared: :mod:`gateway.relay.fanout`); ListTasks (the door's own list, each page's tasks
-read fresh from the upstream). Last, the history of an answered task is kept within the
-caller's ``historyLength``, whatever the upstream did with it.
+CancelTask (ownership first); SubscribeToTask (a task that has ended answered by the door
+itself, else one upstream subscription per task, shared: :mod:`gateway.relay.fanout`);
+ListTasks (the door's own list, each page's tasks read fresh from the upstream). Last,
+the history of an answered task is kept within the caller's ``historyLength``, whatever
+the upstream did with it.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from gateway.a2a.jsonrpc import RpcError
 from gateway.a2a.models import ListTasksRequest
 from gateway.caller import Caller
 from gateway.door.listing import page_of
 from gateway.door.methods import A2AMethods, send_message_request, validate_params
 from gateway.door.streams import StreamBook
+from gateway.protocol import TERMINAL_STATES
 from gateway.relay.client import UpstreamClient, UpstreamError
 from gateway.relay.fanout import Fanout
 from gateway.relay.known import TASK_NOT_FOUND, Claim, KnownTask, task_id_of
@@ -128,10 +131,14 @@ class RelayMethods(A2AMethods):
 
     async def subscribe_to_task(self, params: dict[str, Any], caller: Caller) -> AsyncIterator[Any]:
         """The task's one upstream subscription, opened by its first subscriber and
-        shared with every later one (:mod:`gateway.relay.fanout`)."""
+        shared with every later one (:mod:`gateway.relay.fanout`); a task that has
+        ended is the door's own ``-32004``."""
         task_id = task_id_of(params)
-        self._tasks.reach(task_id, caller)
+        known = self._tasks.reach(task_id, caller)
         fanout = self._fanouts.get(task_id)
+        if fanout is None or fanout.closed:
+            await self._refuse_ended(task_id, known)
+            fanout = self._fanouts.get(task_id)  # another subscriber's, opened meanwhile
         if fanout is not None and not fanout.closed:
             async def now() -> dict[str, Any]:
                 return {"task": await self._client.call("GetTask", {"id": task_id})}
@@ -142,6 +149,24 @@ class RelayMethods(A2AMethods):
                         on_close=lambda closed: self._forget_fanout(task_id, closed))
         self._fanouts[task_id] = fanout
         return fanout.join()
+
+    async def _refuse_ended(self, task_id: str, known: KnownTask | None) -> None:
+        """A task that has ended is not subscribed to upstream: A2A answers that with
+        ``-32004``, and an a2a-sdk upstream logs a warning for each, so every call that
+        ended before its caller subscribed (call_member's usual case) would print one.
+        The door answers it as a local door does, from the state it saw or one GetTask
+        (a task ending between that GetTask and the subscription still reaches the
+        upstream, which answers it the same way)."""
+        state = known.state if known is not None else None
+        if state not in TERMINAL_STATES:
+            task = await self._client.call("GetTask", {"id": task_id})
+            if known is not None:
+                self._tasks.observe_task(task, None)
+            status = task.get("status") if isinstance(task, dict) else None
+            state = status.get("state") if isinstance(status, dict) else None
+        if state in TERMINAL_STATES:
+            raise RpcError("UNSUPPORTED_OPERATION",
+                           f"the task has ended ({state}); read it with GetTask")
 
     def _forget_fanout(self, task_id: str, fanout: Fanout) -> None:
         if self._fanouts.get(task_id) is fanout:

@@ -94,3 +94,23 @@ async def test_a_silent_upstream_stream_gets_the_doors_keep_alive_comments(
     assert silent >= 3, f"only {silent} keep-alive comments while the upstream was silent"
     final = data_of(lines)[-1][1]
     assert final["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_subscribing_to_a_task_that_has_ended_is_answered_by_the_door() -> None:
+    """An a2a-sdk upstream logs a warning for each ``-32004`` it answers; a call that
+    ended before its caller subscribed (call_member's usual case) must not print one.
+    Both a task the door saw end and one it has not seen end yet are answered here."""
+    async with gateway_member() as formation, \
+            formation.client(formation.planner) as planner:
+        seen = (await planner.post("/", json=envelope(
+            "SendMessage", send_params("hello")))).json()["result"]["task"]
+        unseen = (await planner.post("/", json=envelope(
+            "SendMessage", send_params("slow: 0.1", immediately=True)))).json()
+        unseen_id = unseen["result"]["task"]["id"]
+        await asyncio.sleep(0.5)
+        answers = [(await planner.post("/", json=envelope("SubscribeToTask", {"id": task_id})
+                                       )).json() for task_id in (seen["id"], unseen_id)]
+    for answer in answers:
+        assert answer["error"]["code"] == -32004, answer
+        assert "TASK_STATE_COMPLETED" in answer["error"]["message"]
+    assert "SubscribeToTask" not in formation.recorder.rpc_methods()
