@@ -9,13 +9,14 @@
    ``MURMUR_FORMATION_PEERS`` in its own environment and for every case of the
    formation channel, whose first line is read here, within 10 s; ``W-RUN-007`` for a
    member started by hand;
-3. ``W-SEC-013`` for an unsafe host and ``W-SEC-014`` for agent code the host cannot
-   confine fully (unless the launcher already printed them), ``E-RUN-055`` for
-   ``--isolation required`` without it;
+3. ``E-RUN-055`` for ``--isolation required`` on a host that cannot confine fully;
 4. the capsule: looked up in the project store then the global store (``E-REG-*``),
    ``--capsule-sha256`` compared with the installed bytes (``E-RUN-047``);
 5. ``--resume``: the session must be one of this work folder, not running, of this
    capsule (``E-RUN-044``);
+6. only then, for a run that starts, ``W-SEC-013`` for an unsafe host and ``W-SEC-014``
+   for agent code the host cannot confine fully (unless the launcher already printed
+   them);
 
 Then :class:`launcher.member.session.MemberSession` runs the session. Exit codes: 0 ok,
 1 a failure with a code, 2 usage, 143 forced (a second SIGTERM; 20 s after the lifeline
@@ -109,10 +110,8 @@ def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
 
     for warning in place.warnings:
         _report(warning, json_mode)
-    for warning in host_diagnostics(os.environ):
-        _report(warning, json_mode)
-    for warning in isolation_diagnostics(options.isolation, os.environ):
-        _report(warning, json_mode)
+    host_warnings = [*host_diagnostics(os.environ),
+                     *isolation_diagnostics(options.isolation, os.environ)]  # or E-RUN-055
     if options.listener is not None:
         check_listener(options.listener)  # E-RUN-056 before anything is staged
     artifact = resolve(options.project, options.capsule, options.version)
@@ -128,6 +127,10 @@ def _admit(options: MemberOptions, place: FormationPlace, session_id: str,
                               install=pip_install(requires))
     if options.resume is not None:
         _check_resumable(options, session_id)
+    # Said only of a run that starts: a refusal above is about something else, and the
+    # host's warnings before it would read as its cause.
+    for warning in host_warnings:
+        _report(warning, json_mode)
     return artifact
 
 

@@ -278,6 +278,18 @@ def test_host_warnings_are_printed_once_unless_already_reported(project: Project
         os.chmod(project.home, 0o700)
 
 
+def test_host_warnings_are_not_printed_before_a_refusal_about_something_else(
+        project: Project) -> None:
+    # The host's warning belongs to a run that starts, not to an uninstalled capsule.
+    os.chmod(project.home, 0o777)  # noqa: S103 - the unsafe home this test is about
+    try:
+        code, _, err = _refusal(project, MURMUR_HOST_WARNINGS_REPORTED="0")
+    finally:
+        os.chmod(project.home, 0o700)
+    assert code == 1 and "error E-REG-001" in err
+    assert "W-SEC-013" not in err
+
+
 # --------------------------------------------------------------------- secrets
 
 
