@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from launcher.admission.agent_check import missing_requirements, pip_install, python_agent_problem
-from launcher.admission.artifacts import artifact_name
 from launcher.admission.bounds import FormationBounds, formation_bounds
+from launcher.admission.install_hint import install_fix
 from launcher.admission.lock import LockPin, read_lock, write_lock
 from launcher.admission.manifest import Manifest
 from launcher.admission.restart_policy import RestartPolicy, restart_policy
@@ -54,6 +54,7 @@ from launcher.admission.store import (
     InstalledArtifact,
     StoreKind,
     check_pin,
+    installed_anywhere,
     locate,
     open_installed,
 )
@@ -141,13 +142,12 @@ def _bind_member(project_dir: Path, member: MemberSpec, file: str) -> AdmittedMe
     """Check 6, first row: the member is installed at its version and its manifest parses."""
     found = locate(project_dir, member.capsule, member.version)
     if found is None:
-        _, name = member.capsule.split("/", 1)
         raise DiagnosticError(
             "E-ROS-007", member.field(), file=file, field=member.field(), member=member.name,
             problem=f"{member.capsule} {member.version} is not installed in the project store "
                     f"({project_store(project_dir)}) or the global store ({global_store()})",
-            fix=f"install it with `mur install {artifact_name(name, member.version)}` in the "
-                f"project (add `--global` for every project)")
+            fix=install_fix(project_dir, member.capsule, member.version, roster=True,
+                            installed=installed_anywhere(project_dir)))
     try:
         artifact = open_installed(found[0], member.capsule, member.version, found[1])
     except DiagnosticError as inner:

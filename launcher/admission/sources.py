@@ -1,9 +1,8 @@
 """Capsule sources that live in a project, for the developer loop: edit an agent, run the
 formation again, and the new code runs.
 
-In this order: :func:`project_sources` finds them (the project directory itself and each
-directory directly under it that holds a ``murmur.yaml``), with those whose
-``murmur.yaml`` does not read (:class:`BrokenSource`); :func:`source_faults` names every
+In this order (:func:`project_sources`, which finds them, is
+:mod:`launcher.admission.source_dirs`'s, re-exported here): :func:`source_faults` names every
 member whose source does not pack (``W-ROS-005``: a typo in a member's manifest never
 lets the old artifact run unsaid, nor hides behind ``E-ROS-007``); :func:`source_warnings`
 names every member whose source packs to other bytes than the artifact it is bound to
@@ -20,46 +19,16 @@ exact, never a guess from file times.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.admission.manifest import load_manifest
 from launcher.admission.roster import ROSTER_FILE, AdmittedRoster, MemberSpec, read_roster
+from launcher.admission.source_dirs import BrokenSource, Source, project_sources
 from launcher.admission.store import install, pack_bytes
-from launcher.admission.yaml_files import YamlFault
 from launcher.diagnostics import Diagnostic, DiagnosticError, diagnostic
 from launcher.errors import LauncherError
 
 __all__ = ["BrokenSource", "RebuildRefused", "Source", "project_sources", "rebuild",
            "source_faults", "source_warnings"]
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """A capsule source directory in the project: the capsule it packs to."""
-
-    capsule: str
-    version: str
-    path: Path
-
-
-@dataclass(frozen=True, slots=True)
-class BrokenSource:
-    """A directory of the project whose ``murmur.yaml`` does not read: the fault, and the
-    name and version its YAML still shows (``None`` where it shows none)."""
-
-    path: Path
-    code: str
-    problem: str
-    name: str | None
-    version: str | None
-
-    def is_for(self, member: MemberSpec) -> bool:
-        capsule_name = member.capsule.removeprefix("local/")
-        if self.name is not None:
-            return (self.name == capsule_name and member.capsule.startswith("local/")
-                    and self.version in (None, member.version))
-        return self.path.name == capsule_name
 
 
 class RebuildRefused(LauncherError):
@@ -68,48 +37,6 @@ class RebuildRefused(LauncherError):
     def __init__(self, diagnostics: list[Diagnostic]) -> None:
         super().__init__("; ".join(d.message for d in diagnostics))
         self.diagnostics = diagnostics
-
-
-def project_sources(project: Path, broken: list[BrokenSource] | None = None
-                    ) -> dict[tuple[str, str], Source]:
-    """Every capsule source in ``project`` by (capsule, version); a directory whose
-    ``murmur.yaml`` does not read is appended to ``broken`` (when given)."""
-    candidates = [project, *sorted(child for child in project.iterdir()
-                                   if child.is_dir() and not child.name.startswith("."))]
-    found: dict[tuple[str, str], Source] = {}
-    for directory in candidates:
-        if not (directory / "murmur.yaml").is_file():
-            continue
-        try:
-            manifest = load_manifest(directory / "murmur.yaml")
-        except (DiagnosticError, YamlFault, OSError) as fault:
-            if broken is not None:
-                broken.append(_broken(directory, fault))
-            continue
-        capsule = f"local/{manifest.name}"
-        found.setdefault((capsule, manifest.version), Source(capsule, manifest.version,
-                                                             directory))
-    return found
-
-
-def _broken(directory: Path, fault: Exception) -> BrokenSource:
-    if isinstance(fault, DiagnosticError):
-        code, problem = fault.code, fault.diagnostic.message
-    elif isinstance(fault, YamlFault):
-        code, problem = "E-MAN-001", fault.problem
-    else:
-        code, problem = "E-MAN-002", f"cannot be read ({fault})"
-    import yaml
-
-    try:   # the name and version the YAML still shows, to know whose source it is
-        document = yaml.safe_load((directory / "murmur.yaml").read_text(errors="replace"))
-    except (yaml.YAMLError, OSError):   # it does not even parse: its folder's name says
-        document = None
-    if not isinstance(document, dict):
-        return BrokenSource(directory, code, problem, None, None)
-    name, version = document.get("name"), document.get("version")
-    return BrokenSource(directory, code, problem, name if isinstance(name, str) else None,
-                        str(version) if isinstance(version, (str, int, float)) else None)
 
 
 def _members_sources(project: Path, members: Iterable[MemberSpec],

@@ -10,10 +10,11 @@ first, then the global one, and an installed capsule is bound to the sha256 reco
 when it was installed; ``murmur.lock`` (``lock.py``) may pin it further.
 
 In order: an installed artifact, where one lives, reading its file (each manifest parsed
-once a process), installing (``E-REG-002``), finding and opening (``E-REG-001``,
-``E-REG-003``), resolving against the lock (``E-REG-005``), unpacking (``E-RUN-047``), and
-listing a store. The artifact itself (packing, reading, extracting) is ``artifacts.py``'s;
-its names are re-exported here for the modules that imported them from the store.
+once a process), installing (``E-REG-002``), finding and opening (``E-REG-001``, whose
+hint is ``install_hint.py``'s, ``E-REG-003``), resolving against the lock (``E-REG-005``),
+unpacking (``E-RUN-047``), and listing a store. The artifact itself (packing, reading,
+extracting) is ``artifacts.py``'s; its names are re-exported here for the modules that
+imported them from the store.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from launcher.admission.artifacts import (
     split_capsule,
     write_atomically,
 )
+from launcher.admission.install_hint import install_fix
 from launcher.admission.lock import (
     LockPin,
     lock_path,
@@ -170,10 +172,12 @@ def locate(project_dir: Path, capsule: str, version: str) -> tuple[Path, StoreKi
 
 def not_installed(project_dir: Path, capsule: str, version: str) -> DiagnosticError:
     """The ``E-REG-001`` refusal for a capsule in neither store."""
-    _, name = split_capsule(capsule, version)
+    split_capsule(capsule, version)  # a malformed name or version is refused first
     return DiagnosticError("E-REG-001", capsule, capsule=capsule, version=version,
                            project_store=project_store(Path(project_dir)),
-                           global_store=global_store(), artifact=artifact_name(name, version))
+                           global_store=global_store(),
+                           fix=install_fix(Path(project_dir), capsule, version, roster=False,
+                                           installed=installed_anywhere(Path(project_dir))))
 
 
 def open_installed(path: Path, capsule: str, version: str,
@@ -267,8 +271,16 @@ def installed_capsules(store: Path) -> Iterator[tuple[str, str, Path]]:
         yield f"{name_dir.parent.name}/{name_dir.name}", version_dir.name, artifact
 
 
+def installed_anywhere(project_dir: Path) -> list[tuple[str, str]]:
+    """``(capsule, version)`` of every artifact in the project store, then the global
+    store."""
+    return [(capsule, version)
+            for store in (project_store(Path(project_dir)), global_store())
+            for capsule, version, _ in installed_capsules(store)]
+
+
 __all__ = ["FIXED_DATE_TIME", "LOCAL_SCOPE", "InstalledArtifact", "LockPin", "PackedArtifact",
            "StoreKind", "artifact_name", "artifact_path", "capsule_problem", "check_pin",
-           "install", "installed_capsules", "locate", "not_installed", "open_installed",
-           "pack", "pack_bytes", "parse_lock", "read_lock", "render_lock", "resolve",
-           "sha256_of", "unpack", "write_lock"]
+           "install", "installed_anywhere", "installed_capsules", "locate", "not_installed",
+           "open_installed", "pack", "pack_bytes", "parse_lock", "read_lock", "render_lock",
+           "resolve", "sha256_of", "unpack", "write_lock"]

@@ -90,7 +90,10 @@ ROSTER_CODES: tuple[CodeEntry, ...] = (
         "(`$MURMUR_HOME/artifacts/`). It is refused when it is in neither, when the artifact "
         "found is not a readable capsule artifact or its bytes no longer match the sha256 "
         "recorded at install, or when the `murmur.yaml` packed in it does not parse (the "
-        "message quotes that manifest's own code).",
+        "message quotes that manifest's own code). For a capsule in neither store the hint "
+        "names the first step that fits (`mur run --roster --rebuild` when the project "
+        "holds its source, `mur install` when it holds its `.mur.zip`), then the versions "
+        "of that capsule that are installed, or an installed capsule whose name is close.",
         "reference",
     ),
     CodeEntry(
@@ -242,11 +245,13 @@ STORE_CODES: tuple[CodeEntry, ...] = (
         "A capsule is not installed at that version",
         "{capsule} {version} is not installed in the project store ({project_store}) or the "
         "global store ({global_store})",
-        "install it with `mur install {artifact}` in the project, or add `--global` to "
-        "install it for every project",
+        "{fix}",
         "A capsule is looked up at its exact version in the project store, then the global "
-        "store, and was in neither. (Admission reports the same fault for a member as "
-        "`E-ROS-007`.)",
+        "store, and was in neither. The hint names the first step that fits (pack and "
+        "install the project's source of that capsule and version, or install its "
+        "`.mur.zip` when the project holds one), then the versions of that capsule that are "
+        "installed, or, when none is, an installed capsule whose name is close. (Admission "
+        "reports the same fault for a member as `E-ROS-007`.)",
     ),
     CodeEntry(
         "E-REG-002", "error",

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.admission.roster import AdmittedRoster, admit, check_structure, parse_roster
-from launcher.admission.store import LockPin, write_lock
+from launcher.admission.store import LockPin, pack, write_lock
 from launcher.cli import main
 from launcher.diagnostics import DiagnosticError
-from tests.support.capsules import install_capsule
+from tests.support.capsules import capsule_source, install_capsule
 
 #: Every code admission may refuse a roster with (W-ROS-001 only warns).
 ADMISSION_CODES = {f"E-ROS-00{n}" for n in range(1, 9)} | {"E-REG-004", "E-REG-005"}
@@ -231,6 +231,52 @@ def test_an_earlier_member_not_installed_comes_before_a_later_lock_fault(project
     write_roster(project, roster(member("a", entry=True), member("b")))
     refused = refusal(project)
     assert (refused.code, refused.path) == ("E-ROS-007", "members[0]")
+
+
+def test_a_member_not_installed_hint_names_no_file_that_is_not_there(project: Path) -> None:
+    write_roster(project, roster(member("a", entry=True)))
+    hint = refusal(project).diagnostic.hint
+    assert "pack its source with `mur pack DIR`, then `mur install a-1.0.0.mur.zip`" in hint
+    assert "installed:" not in hint and "did you mean" not in hint
+
+
+def test_a_member_not_installed_hint_names_the_installed_versions(project: Path) -> None:
+    install_capsule(project, "a", "2.0.0")
+    install_capsule(project, "a", "1.5.0", to_global=True)
+    write_roster(project, roster(member("a", entry=True)))
+    hint = refusal(project).diagnostic.hint
+    assert "installed: local/a 2.0.0, 1.5.0 (set the member's `version:` to one of them)" \
+        in hint
+
+
+def test_a_member_not_installed_hint_suggests_the_capsule_meant(project: Path) -> None:
+    install_capsule(project, "researcher")
+    install_capsule(project, "writer")
+    write_roster(project, roster(member("a", "local/reseacher", entry=True)))
+    assert refusal(project).diagnostic.hint.endswith("; did you mean `local/researcher`?")
+    write_roster(project, roster(member("a", "local/zz", entry=True)))
+    assert "did you mean" not in refusal(project).diagnostic.hint
+
+
+def test_a_member_not_installed_hint_rebuilds_a_source_in_the_project(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = capsule_source(project, "a")
+    write_roster(project, roster(member("a", entry=True)))
+    hint = refusal(project).diagnostic.hint
+    assert f"`mur run --roster --rebuild --project {project}` packs and installs it" in hint
+    monkeypatch.chdir(project)
+    hint = refusal(project).diagnostic.hint
+    assert f"its source is in {source.name}: `mur run --roster --rebuild` packs" in hint
+    assert f"`mur pack {source.name} && mur install a-1.0.0.mur.zip`" in hint
+
+
+def test_a_member_not_installed_hint_installs_its_artifact_in_the_project(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pack(capsule_source(project.parent / "elsewhere", "a"), project / "a-1.0.0.mur.zip")
+    write_roster(project, roster(member("a", entry=True)))
+    monkeypatch.chdir(project)
+    assert refusal(project).diagnostic.hint.startswith(
+        "install it with `mur install a-1.0.0.mur.zip`")
 
 
 def test_a_malformed_lock_is_read_only_once_a_member_is_installed(project: Path) -> None:

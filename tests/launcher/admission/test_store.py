@@ -215,6 +215,17 @@ def test_a_capsule_in_neither_store_is_e_reg_001(project: Path) -> None:
     assert "mur install coder-1.0.0.mur.zip" in refused.value.diagnostic.hint
 
 
+def test_e_reg_001_names_the_installed_versions_to_run(project: Path) -> None:
+    install_capsule(project, "coder", "2.0.0")
+    with pytest.raises(DiagnosticError) as refused:
+        resolve(project, "local/coder", "1.0.0")
+    assert refused.value.diagnostic.hint.endswith(
+        "; installed: local/coder 2.0.0 (run one with `--capsule-version V`)")
+    with pytest.raises(DiagnosticError) as refused:
+        resolve(project, "local/codr", "2.0.0")
+    assert refused.value.diagnostic.hint.endswith("; did you mean `local/coder`?")
+
+
 @pytest.mark.parametrize("capsule, version", [
     ("coder", "1.0.0"), ("local/Coder", "1.0.0"), ("local/coder", "latest"),
     ("local/coder", "../../../etc"), ("../x/coder", "1.0.0"), ("local/coder", ""),
