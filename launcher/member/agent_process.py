@@ -82,8 +82,8 @@ class AgentProcessEnded(AgentProcessError):
 
 
 class AgentRaised(LauncherError):
-    """Agent code raised: the task fails with the agent's own message. The member's log
-    shows the agent's own exception type and traceback, not this one's."""
+    """Agent code raised: the task fails with the agent's own exception, ``Type: text``.
+    The member's log shows the agent's own traceback, not this one's."""
 
     def __init__(self, text: str, agent_type: str = "", agent_traceback: str = "") -> None:
         super().__init__(text)
@@ -236,7 +236,8 @@ class AgentProcess:
                  spawn: Callable[[], AgentChild] = spawn_agent,
                  cgroup: AgentCgroup | None = None,
                  on_record: Callable[[str, dict[str, Any]], None] | None = None,
-                 on_output: Callable[[bytes], None] | None = None) -> None:
+                 on_output: Callable[[bytes], None] | None = None,
+                 traceback_paths: Callable[[str], str] | None = None) -> None:
         self._start = {"op": START, "v": VERSION, **start}
         self._python = python
         self._max_turns = max_turns
@@ -247,6 +248,9 @@ class AgentProcess:
         self._on_record = on_record
         #: Told of what the agent process prints (the session's output log).
         self._on_output = on_output
+        #: Names the files of an agent's traceback as the project has them
+        #: (launcher/member/source_paths.py).
+        self._traceback_paths = traceback_paths or (lambda text: text)
         #: The agent side's cgroup, where one could be made (launcher/sandbox/agent_cgroup.py).
         self._cgroup = cgroup
         self._child: AgentChild | None = None
@@ -392,9 +396,12 @@ class AgentProcess:
             future.set_result(None if result is None else str(result))
         elif op == RAISED:
             kind = str(message.get("type") or "Exception")
-            text = str(message.get("message") or kind)
-            future.set_exception(AgentRaised(text, kind,
-                                             str(message.get("traceback", "")).rstrip()))
+            said = str(message.get("message") or "")
+            # The type, then the text, as Python's own last traceback line: a KeyError's
+            # text alone ('missing') would not say what went wrong.
+            frames = str(message.get("traceback", "")).rstrip()
+            future.set_exception(AgentRaised(f"{kind}: {said}" if said else kind, kind,
+                                             self._traceback_paths(frames) if frames else ""))
         elif op == CANCELLED:
             future.cancel()
 

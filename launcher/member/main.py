@@ -283,8 +283,9 @@ class _OneLineFormatter(logging.Formatter):
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
         kind, value = ei[0], ei[1]
+        if getattr(value, "agent_type", ""):  # agent code's own: "Type: text" already
+            return f"  {value}"
         name = kind.__name__ if kind is not None else "Exception"
-        name = getattr(value, "agent_type", "") or name  # agent code's own exception
         return f"  {name}: {value}" if str(value) else f"  {name}"
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name

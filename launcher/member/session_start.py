@@ -56,6 +56,7 @@ from launcher.member.outcome import (
 )
 from launcher.member.proxy_slot import ProxySlot
 from launcher.member.session_end import bounded
+from launcher.member.source_paths import SourcePaths
 from launcher.member.span_export import start_span_export
 from launcher.sandbox import descendants
 from launcher.sandbox.agent_cgroup import AgentCgroup
@@ -357,7 +358,9 @@ class AgentSide:
             calls_factory=self.seam.calls_for
             if python and (place.callees or self.seam.delegator is not None) else None,
             cgroup=self._agent_cgroup(), on_record=self._count_record,
-            on_output=functools.partial(session.files.take_output, "agent"))
+            on_output=functools.partial(session.files.take_output, "agent"),
+            traceback_paths=SourcePaths.of(records.dir / "capsule", options.project,
+                                           options.capsule, options.version).rewrite)
         self.agent = process
         child, plan.agent_child = plan.agent_child, None
         try:

@@ -50,10 +50,16 @@ def test_an_agents_exception_is_logged_with_its_traceback_and_traced_with_its_re
     task = fail_a_task(member)
     status = task["status"]
     assert isinstance(status, dict) and status["state"] == "TASK_STATE_FAILED"
-    assert "missing-key" in str(status["message"])  # the message alone, as before
+    # The type, then the text, as Python's own last traceback line.
+    assert status["message"]["parts"] == [{"text": "KeyError: 'missing-key'"}]
     log = (member.records / "logs" / "member.log").read_text()
     assert "Traceback (most recent call last)" in log
     assert "boom_agent.py" in log and "in lookup" in log and "KeyError: 'missing-key'" in log
+    # Its source is not in the project: the copy is named, and said to be the installed one.
+    copy = (member.records / "capsule").resolve()
+    assert f'File "{copy / "boom_agent.py"}"' in log
+    assert f"(files under {copy} are the installed local/boom 1.0.0; the project holds " \
+           "no source of it)" in log
     assert member.token not in log
     assert (member.records / "logs" / "member.log").stat().st_mode & 0o077 == 0
     [failed] = [record for record in member.trace() if record["event"] == "task_state"
@@ -65,6 +71,16 @@ def test_an_agents_exception_is_logged_with_its_traceback_and_traced_with_its_re
     assert f"[{session}] Traceback (most recent call last)" in printed.stdout
     member.signal()
     assert member.wait() == 0
+
+
+def test_an_agents_traceback_names_the_projects_source_file(project: Project) -> None:
+    source = support.write_capsule(project.path / "boom", "boom", agent=FAILING_AGENT)
+    support.install_capsule(project.path, source)
+    member = project.run("boom")
+    fail_a_task(member)
+    log = (member.records / "logs" / "member.log").read_text()
+    assert f'File "{source.resolve() / "boom_agent.py"}", line 3, in lookup' in log
+    assert str(member.records / "capsule") not in log and "files under" not in log
 
 
 def test_mur_logs_follow_prints_new_lines_until_the_session_ends(project: Project) -> None:

@@ -122,7 +122,7 @@ def test_the_task_is_a_task_on_the_door_that_list_tasks_shows_and_cancel_reaches
 def test_a_failed_task_fails_the_run_with_its_message(project: Project, echo: str) -> None:
     member = project.run(echo, "--task", "fail")
     assert member.wait() == 1
-    assert member.stdout == "failed: the agent gave up\n"
+    assert member.stdout == "failed: RuntimeError: the agent gave up\n"
     assert support.codes(member.stderr) == ["E-RUN-041"]
     assert "Traceback" not in member.stderr
     assert _session_end(member.trace())["exit_status"] == "failed"

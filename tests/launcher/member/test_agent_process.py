@@ -114,7 +114,7 @@ async def test_agent_code_that_raises_fails_its_task_with_its_message(
     try:
         record = await run_one(process, "fail")
         assert record.state == TaskState.FAILED
-        assert record.status["message"]["parts"][0]["text"] == "no luck"
+        assert record.status["message"]["parts"][0]["text"] == "ValueError: no luck"
     finally:
         await process.close()
 

@@ -144,7 +144,7 @@ async def test_a_failed_task_ends_failed_with_its_message(tmp_path: Path,
     session = MemberSession(plan(tmp_path, task="fail"), stdout.out)
     outcome = await session.run()
     assert (outcome.exit_code, outcome.exit_status, outcome.code) == (1, "failed", "E-RUN-041")
-    assert stdout.lines()[-1] == "failed: no luck"
+    assert stdout.lines()[-1] == "failed: RuntimeError: no luck"
     diagnostics = session.plan.diagnostics.getvalue()
     assert "E-RUN-041" in diagnostics and "no luck" in diagnostics
 
