@@ -96,8 +96,13 @@ def render() -> str:
         "**Ids.** Wherever a command takes a formation id (`frm_...`) or a session id "
         "(`ses_...`), a unique prefix of one will do (`frm_01a2`: `frm_` or `ses_` and at "
         "least 4 hex digits), as git takes a commit's prefix; a prefix that starts several "
-        "ids is refused naming them (status 2). `mur stop` with no id stops the one "
-        "formation running in the project.",
+        "ids is refused naming them (status 2). Every such command (`send`, `cancel`, "
+        "`stop`, `logs`, `trace show`, `audit`, `graph`, `approvals`, `approve`, `deny`) "
+        "answers a bad id alike: an argument that is not a well-formed id (nor a door URL, "
+        "where one is taken) is a usage error, status 2; a well-formed id that names no "
+        "formation or session (none running, or no records of it) is status 1, except for "
+        "`mur audit`, whose 1 means violations: a formation it cannot audit is 2. `mur "
+        "stop` with no id stops the one formation running in the project.",
         "",
     ]
     for name, help_text, sub in _subcommands(parser):

@@ -72,8 +72,18 @@ def resolve_door(target: str, live: list[RunningRecord]) -> tuple[str, Path, str
         raise SendError(f"no running session serves {escape_control(target[:200])}; mur send "
                         "uses a session's operator token, which only a session of this "
                         "MURMUR_HOME has")
-    raise SendError(f"`{escape_control(target[:64])}` is not a formation id (frm_…), a session "
-                    "id (ses_…) or a door URL (http://127.0.0.1:PORT)")
+    raise SendError(not_a_target(target))
+
+
+def is_target(target: str) -> bool:
+    """Whether ``target`` has the form of what ``mur send`` and ``mur cancel`` name."""
+    return (is_formation_id(target) or is_session_id(target)
+            or target.startswith(("http://", "https://")))
+
+
+def not_a_target(target: str) -> str:
+    return (f"`{escape_control(target[:64])}` is not a formation id (frm_…), a session id "
+            "(ses_…) or a door URL (http://127.0.0.1:PORT); `mur ps` lists what runs")
 
 
 def _text_of(parts: object) -> str:
@@ -351,7 +361,10 @@ def post_cancel(door_url: str, token: str, task_id: str) -> Any:
 
 def operator_door(fail: Fail, target: str) -> tuple[str, str, str] | int:
     """(door URL, operator token, label) of ``target`` as ``mur send`` resolves it, or
-    the exit status of the failure ``fail`` reported."""
+    the exit status of the failure ``fail`` reported: 2 for what is not an id or a URL
+    (a usage error, as argparse's), 1 for one that names nothing running."""
+    if not is_target(target):
+        return fail(not_a_target(target), 2)
     live = live_records(fail)
     if live is None:
         return 1
