@@ -23,8 +23,9 @@ def register(subparsers: Any) -> None:
         description="Admit roster.yaml as `mur run --roster` would, and report it, then "
                     "what this host offers to confine agent code (Landlock ABI, TCP rules, "
                     "scoping): exit 0 when admitted (warnings included), 1 when refused.")
-    doctor.add_argument("--project", type=Path, default=Path("."), metavar="DIR",
-                        help="the roster's project directory (default: the current one)")
+    doctor.add_argument("--project", type=Path, default=None, metavar="DIR",
+                        help="the roster's project directory (default: the current one, "
+                             "or the nearest parent holding roster.yaml, as git finds .git)")
     doctor.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout instead")
     doctor.set_defaults(handler=_doctor)
@@ -56,9 +57,12 @@ def summary(admitted: AdmittedRoster) -> str:
 
 def _doctor(args: argparse.Namespace) -> int:
     from launcher.admission.roster import admit
+    from launcher.admission.roster_lookup import project_for
     from launcher.sandbox.isolation import host_report, report_line
 
-    project: Path = args.project
+    project, found = project_for(args.project)
+    if found is not None and not args.json:  # --json names it: project_dir
+        print(f"mur doctor: using {found}", file=sys.stderr)
     if args.json and not project.is_dir():  # the one object --json promises, then exit 2
         print(json.dumps({**failure_json(
             "mur doctor", 2, f"--project {project} is not a directory",

@@ -46,8 +46,10 @@ def _register_run(subparsers: Any) -> None:
                      help="the exact installed version of --capsule")
     run.add_argument("--capsule-sha256", metavar="HEX",
                      help="refuse (E-RUN-047) unless the installed artifact has this sha256")
-    run.add_argument("--project", metavar="DIR", default=".",
-                     help="the project whose stores, lock and roster are read (default: .)")
+    run.add_argument("--project", metavar="DIR", default=None,
+                     help="the project whose stores, lock and roster are read (default: "
+                          "the current folder; with --roster, the nearest parent holding "
+                          "roster.yaml when the current folder has none)")
     run.add_argument("--task", metavar="TEXT|FILE",
                      help="run this one task (a path to an existing file is read) and exit")
     run.add_argument("--deadline", metavar="WHEN",

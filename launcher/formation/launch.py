@@ -42,6 +42,7 @@ from gateway.redaction import redact
 from launcher.admission.model_report import model_warnings
 from launcher.admission.reach import reach_warnings
 from launcher.admission.roster import AdmittedRoster, admit
+from launcher.admission.roster_lookup import project_for
 from launcher.admission.sources import (
     RebuildRefused,
     rebuild,
@@ -146,9 +147,11 @@ def _launch(args: argparse.Namespace) -> int:
     except DiagnosticError as refusal:
         report(refusal.diagnostic)
         return 1
-    project = Path(args.project)
+    project, found = project_for(args.project)
+    if found is not None:
+        say(f"mur run: using {found}")
     if not project.is_dir():
-        return _usage(f"--project {args.project} is not a directory")
+        return _usage(f"--project {project} is not a directory")
     try:
         isolation = isolation_mode(getattr(args, "isolation", None), os.environ)
         if getattr(args, "card_signing_key", None):

@@ -1,5 +1,6 @@
 """``mur run --roster --task``: a task that is empty or unreadable is refused before the
-launcher admits the roster or starts any member."""
+launcher admits the roster or starts any member; run from a folder below the project,
+with no ``--project``, it launches the nearest parent's roster.yaml."""
 
 from __future__ import annotations
 
@@ -25,3 +26,13 @@ def test_an_empty_task_starts_no_member(tmp_path: Path, murmur_home: Path, task:
         (murmur_home / "running").iterdir())
     assert not (murmur_home / "formations").exists() and not (murmur_home / "records").exists()
     assert done.stdout == ""
+
+
+def test_run_roster_in_a_subfolder_launches_the_nearest_parents_roster(
+        tmp_path: Path, murmur_home: Path) -> None:
+    project = simple_project(tmp_path, ["boss"], entry="boss")
+    (project / "notes").mkdir()
+    done = mur("run", "--roster", "--task", "hello", cwd=project / "notes")
+    assert done.returncode == 0, done.stderr
+    assert f"mur run: using {project / 'roster.yaml'}" in done.stderr
+    assert "hello" in done.stdout
