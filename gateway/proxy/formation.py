@@ -302,8 +302,8 @@ class FormationTransport(httpx.AsyncBaseTransport):
         door = shared.known.get(callee) or await self._door(request, callee)
         if not door.allowed:
             raise EgressRefused(
-                f"capabilities.network.allow does not reach member {callee!r}'s "
-                "door, which listens on loopback; add `localhost` to the grant",
+                f"capabilities.network.allow does not reach the door of member {callee!r}, "
+                "which listens on loopback; add `localhost` to the grant",
                 request=request)
         authorization = shared.authorizations[callee]
         try:
@@ -379,8 +379,8 @@ class FormationTransport(httpx.AsyncBaseTransport):
             text = await shared.doors.wait_for(callee, shared.door_wait)
         except TimeoutError:
             raise DoorUnavailable(
-                f"member {callee!r}'s door address has not arrived on the formation channel "
-                f"within {shared.door_wait:g} s", request=request) from None
+                f"the door address of member {callee!r} has not arrived on the formation "
+                f"channel within {shared.door_wait:g} s", request=request) from None
         door = shared.known.get(callee)
         if door is None:
             url = httpx.URL(text)

@@ -329,7 +329,7 @@ class ForwardProxy:
             callee = exact_virtual_name(request.url.host)
             if callee is not None and callee in view.callees:
                 raise _Answer(502, "door_unavailable",
-                              f"member {callee!r}'s door cannot be reached "
+                              f"the door of member {callee!r} cannot be reached "
                               f"({type(exc).__name__})") from None
             raise _Answer(502, "upstream_unavailable",
                           f"{_authority(request.url)} cannot be reached: "
