@@ -105,6 +105,8 @@ class AuditReport:
     #: Member traces read: 0 means no record of the formation is left to check, which
     #: the summary says rather than letting "0 calls checked" pass for clean.
     traces_read: int
+    #: Call records checked: each call is recorded by its caller (``member_call``) and
+    #: its callee (``a2a_task_received``), so one call is two records.
     calls_checked: int
     violations: tuple[Violation, ...]
     limits_reached: tuple[BoundHeld, ...] = ()
@@ -117,11 +119,16 @@ class AuditReport:
     seals_read: int = 0
     #: Records after the last seal, by trace: (file, first line, how many).
     unsealed: tuple[Unsealed, ...] = ()
+    #: Calls, as ``mur trace show --tree`` counts them: the more of the callers'
+    #: ``member_call`` and the callees' ``a2a_task_received`` records (the two are equal
+    #: when every call was recorded at both ends).
+    calls: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"formation_id": self.formation_id, "ok": not self.violations,
                 "edges": [{"from": caller, "to": callee} for caller, callee in self.edges],
-                "traces_read": self.traces_read, "calls_checked": self.calls_checked,
+                "traces_read": self.traces_read, "calls": self.calls,
+                "calls_checked": self.calls_checked,
                 "violations": [asdict(violation) for violation in self.violations],
                 "limits_reached": [asdict(held) for held in self.limits_reached],
                 "approvals": [asdict(held) for held in self.approvals],
@@ -146,6 +153,7 @@ def audit(formation_id: str) -> AuditReport:
     allowed = set(marker.edges)
     traces = find_formation_traces(formation_id)
     checked = 0
+    sides = {"member_call": 0, "a2a_task_received": 0}
     violations: list[Violation] = []
     held: dict[str, list[BoundHeld]] = {"limit_reached": [], "approval": [],
                                         "member_call_refused": []}
@@ -158,6 +166,7 @@ def audit(formation_id: str) -> AuditReport:
             if call is None:
                 continue
             checked += 1
+            sides[str(record.get("event"))] += 1
             problem = _problem(call, record, allowed)
             if problem is not None:
                 violations.append(Violation(
@@ -174,7 +183,7 @@ def audit(formation_id: str) -> AuditReport:
                        tuple(sorted(held["approval"], key=lambda b: b.ts)),
                        refused=tuple(sorted(held["member_call_refused"], key=lambda b: b.ts)),
                        sealed=marker.public_key is not None, seals_read=seals_read,
-                       unsealed=tuple(unsealed))
+                       unsealed=tuple(unsealed), calls=max(sides.values()))
 
 
 def _check_record(formation_id: str, public_key: bytes, traces: list[tuple[str, Path]],
@@ -312,8 +321,9 @@ def render_report(report: AuditReport) -> str:
               for b in report.refused]
     edges = len(report.edges)
     traces = report.traces_read
-    calls = (f"{report.calls_checked} call{'s' * (report.calls_checked != 1)} checked in "
-             f"{traces} trace{'s' * (traces != 1)}")
+    calls = (f"{report.calls} call{'s' * (report.calls != 1)} checked "
+             f"({report.calls_checked} record{'s' * (report.calls_checked != 1)}, callers' "
+             f"and callees') in {traces} trace{'s' * (traces != 1)}")
     if report.violations:
         count = len(report.violations)
         lines.append(f"mur audit: {report.formation_id}: {count} "

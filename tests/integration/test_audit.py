@@ -74,10 +74,11 @@ def test_a_run_whose_calls_crossed_admitted_edges_is_clean(
     # Two calls, each seen from both sides: the caller's member_call, the callee's task.
     # Four members, one trace each (loner too: it ran, and nobody called it).
     # The record is sealed too (docs/audit.md): one seal at least, the final one.
-    assert done.stdout.startswith(f"mur audit: {formation_id}: 4 calls checked in 4 "
-                                  "traces, all along the 2 admitted edges; record sealed (")
+    assert done.stdout.startswith(f"mur audit: {formation_id}: 2 calls checked (4 records, "
+                                  "callers' and callees') in 4 traces, all along the 2 admitted edges; record sealed (")
     report = json.loads(mur("audit", formation_id, "--json", env=env).stdout)
     assert report["ok"] is True and report["calls_checked"] == 4
+    assert report["calls"] == 2
     assert report["traces_read"] == 4
     assert report["violations"] == [] and report["unsealed"] == []
     assert report["sealed"] is True and report["seals_read"] >= 1

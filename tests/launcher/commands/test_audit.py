@@ -78,7 +78,7 @@ def test_calls_along_edges_are_clean_and_each_forgery_is_found(murmur_home: Path
     report = audit(formation_id)
     assert (report.calls_checked, report.violations) == (2, ())
     assert render_report(report).endswith(
-        "2 calls checked in 2 traces, all along the 1 admitted edge\n")
+        "1 call checked (2 records, callers' and callees') in 2 traces, all along the 1 admitted edge\n")
 
     with coder.open("a") as out:
         out.write("{torn line\n")
@@ -93,7 +93,8 @@ def test_calls_along_edges_are_clean_and_each_forgery_is_found(murmur_home: Path
         ("coder\x1b[2J", "coder", 5, "a2a_task_received")]
     text = render_report(report)
     assert "\x1b" not in text
-    assert text.endswith("2 violations; 4 calls checked in 2 traces\n")
+    assert text.endswith("2 violations; 2 calls checked (4 records, callers' and callees') in 2 "
+                         "traces\n")
     assert report.to_json()["ok"] is False
 
 
@@ -135,8 +136,8 @@ def test_a_formation_with_no_trace_left_says_so(murmur_home: Path) -> None:
     formation_id = formation(murmur_home)
     report = audit(formation_id)
     assert (report.traces_read, report.calls_checked) == (0, 0)
-    assert render_report(report) == (f"mur audit: {formation_id}: 0 calls checked in 0 "
-                                     "traces, all along the 1 admitted edge\n")
+    assert render_report(report) == (f"mur audit: {formation_id}: 0 calls checked (0 records, "
+                                     "callers' and callees') in 0 traces, all along the 1 admitted edge\n")
 
 
 def test_the_command_exits_0_clean_and_1_with_violations(
@@ -146,8 +147,8 @@ def test_the_command_exits_0_clean_and_1_with_violations(
                   {"ts": "t1", "event": "a2a_task_received", "task_id": "c1",
                    "credential": "member:planner", "formation_member": "planner"})
     assert main(["audit", formation_id]) == 0
-    assert capsys.readouterr().out == (f"mur audit: {formation_id}: 1 call checked in 1 "
-                                       "trace, all along the 1 admitted edge\n")
+    assert capsys.readouterr().out == (f"mur audit: {formation_id}: 1 call checked (1 record, "
+                                       "callers' and callees') in 1 trace, all along the 1 admitted edge\n")
     with coder.open("a") as out:
         out.write(json.dumps({"ts": "t2", "event": "member_call", "task_id": "c1",
                               "callee": "planner"}, separators=(",", ":")) + "\n")
@@ -155,7 +156,7 @@ def test_the_command_exits_0_clean_and_1_with_violations(
     report = json.loads(capsys.readouterr().out)
     assert report == {
         "formation_id": formation_id, "ok": False,
-        "edges": [{"from": "planner", "to": "coder"}], "traces_read": 1,
+        "edges": [{"from": "planner", "to": "coder"}], "traces_read": 1, "calls": 1,
         "calls_checked": 2,
         "violations": [{"trace": str(coder), "line": 3, "ts": "t2", "event": "member_call",
                         "caller": "coder", "callee": "planner", "task_id": "c1",
