@@ -130,6 +130,7 @@ bench: $(LOADTEST_STAMP)
 	$(BIN)/python loadtests/bench_model.py
 	$(BIN)/python loadtests/bench_grpc.py
 	$(BIN)/python loadtests/plots.py
+	$(BIN)/python loadtests/summary.py
 
 # A formation with a busy callee and three callers, 10,000 calls (bounded by --deadline);
 # then 10,000 calls to a callee killed with SIGKILL every 3 s (docs/restarts.md).

@@ -21,8 +21,9 @@ each isolation mode: the ratio "formation line / one member ready" says what a f
 costs over one member; its memory is read too, with the PSS of the runtime and its
 agent process (``smaps_rollup``: shared pages split; too slow to read at a formation
 line, where the result's line would wait for it).
-Goals (issue 5), with isolation on, on a 2-core machine: 10 members ready in under 2 s,
-30 in under 6 s, and gone within 1 s of the entry member's end.
+Goals, with isolation on, on a 2-core machine: 10 members ready in under 1 s, 30 in
+under 1.5 s (issue 35; they were 2 s and 6 s), and gone within 1 s of the entry
+member's end.
 
 Bounded: every size is launched ``--runs`` times (default 2) in each isolation mode,
 each launch is killed after 180 s, and no new pair of runs starts after ``--budget``
@@ -56,7 +57,7 @@ from launcher.admission.store import install, pack  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LAUNCH_TIMEOUT = 180.0
-GOALS = {"ready_10_s": 2.0, "ready_30_s": 6.0, "gone_after_entry_s": 1.0}
+GOALS = {"ready_10_s": 1.0, "ready_30_s": 1.5, "gone_after_entry_s": 1.0}
 #: ``--isolation`` names and the ``MURMUR_ISOLATION`` each launches with.
 ISOLATION = {"on": "auto", "off": "off"}
 AGENT = "async def run(task):\n    return f'{task.member}: {task.text}'\n"
@@ -365,13 +366,23 @@ def markdown(result: dict[str, Any]) -> str:
             rss = "n/a" if ratio["peak_rss"] is None else f"{ratio['peak_rss']:.2f}"
             lines.append(f"| {size} | {ratio['formation_line']:.2f} | {ratio['exit']:.2f} | "
                          f"{rss} |")
-    goals = result["goals"]
-    lines += ["", f"Goals, isolation on: 10 members ready in under {GOALS['ready_10_s']:g} s "
-                  f"({goals['ready_10']}); 30 members ready in under "
-                  f"{GOALS['ready_30_s']:g} s ({goals['ready_30']}); 10 members gone within "
-                  f"{GOALS['gone_after_entry_s']:g} s of the entry member's end "
-                  f"({goals['gone_10']})."]
+    lines += ["", "| goal, isolation on | value | goal |", "|---|---:|---|",
+              _goal_row(result, 10, "formation_line_s", "10 members to the formation line (s)",
+                        GOALS["ready_10_s"]),
+              _goal_row(result, 30, "formation_line_s", "30 members to the formation line (s)",
+                        GOALS["ready_30_s"]),
+              _goal_row(result, 10, "gone_after_entry_s",
+                        "10 members gone after the entry member's end (s)",
+                        GOALS["gone_after_entry_s"])]
     return "\n".join(lines) + "\n"
+
+
+def _goal_row(result: dict[str, Any], size: int, key: str, what: str, goal: float) -> str:
+    """One row of the goals table (the best run with isolation on; ``make bench``'s
+    summary reads it: loadtests/summary.py)."""
+    row = result["by_size"].get(str(size), {}).get("on")
+    value = "not measured" if not row else f"{row[key]:.2f}"
+    return f"| {what} | {value} | < {goal:g} |"
 
 
 def summary(runs: list[dict[str, Any]], single: float) -> dict[str, Any]:
