@@ -74,8 +74,9 @@ def test_a_run_whose_calls_crossed_admitted_edges_is_clean(
     # Two calls, each seen from both sides: the caller's member_call, the callee's task.
     # Four members, one trace each (loner too: it ran, and nobody called it).
     # The record is sealed too (docs/audit.md): one seal at least, the final one.
-    assert done.stdout.startswith(f"mur audit: {formation_id}: 2 calls checked (4 records, "
-                                  "callers' and callees') in 4 traces, all along the 2 admitted edges; record sealed (")
+    assert done.stdout.startswith(
+        f"mur audit: {formation_id}: 2 calls checked (4 records, callers' and callees') "
+        "in 4 traces, all along the 2 admitted edges; record sealed (")
     report = json.loads(mur("audit", formation_id, "--json", env=env).stdout)
     assert report["ok"] is True and report["calls_checked"] == 4
     assert report["calls"] == 2
@@ -101,8 +102,9 @@ def test_a_forged_call_along_no_edge_is_reported(ran: tuple[str, dict[str, str]]
                         f"forged-task at 2026-12-03T10:00:00.000000Z, {trace}:{line})")
     # The forged line breaks the trace's chain too: it is found twice over.
     assert f"tampered: {trace}:{line}: " in done.stdout
-    assert lines[-1].startswith(f"mur audit: {formation_id}: 2 violations; 5 calls "
-                                "checked in 4 traces; record sealed (")
+    assert lines[-1].startswith(f"mur audit: {formation_id}: 2 violations; 3 calls "
+                                "checked (5 records, callers' and callees') in 4 traces; "
+                                "record sealed (")
     report = json.loads(mur("audit", formation_id, "--json", env=env).stdout)
     assert report["ok"] is False and report["calls_checked"] == 5
     violation, chain = report["violations"]

@@ -78,7 +78,8 @@ def test_calls_along_edges_are_clean_and_each_forgery_is_found(murmur_home: Path
     report = audit(formation_id)
     assert (report.calls_checked, report.violations) == (2, ())
     assert render_report(report).endswith(
-        "1 call checked (2 records, callers' and callees') in 2 traces, all along the 1 admitted edge\n")
+        "1 call checked (2 records, callers' and callees') in 2 traces, all along the 1 "
+        "admitted edge\n")
 
     with coder.open("a") as out:
         out.write("{torn line\n")
@@ -136,8 +137,9 @@ def test_a_formation_with_no_trace_left_says_so(murmur_home: Path) -> None:
     formation_id = formation(murmur_home)
     report = audit(formation_id)
     assert (report.traces_read, report.calls_checked) == (0, 0)
-    assert render_report(report) == (f"mur audit: {formation_id}: 0 calls checked (0 records, "
-                                     "callers' and callees') in 0 traces, all along the 1 admitted edge\n")
+    assert render_report(report) == (
+        f"mur audit: {formation_id}: 0 calls checked (0 records, callers' and callees') "
+        "in 0 traces, all along the 1 admitted edge\n")
 
 
 def test_the_command_exits_0_clean_and_1_with_violations(
@@ -147,8 +149,9 @@ def test_the_command_exits_0_clean_and_1_with_violations(
                   {"ts": "t1", "event": "a2a_task_received", "task_id": "c1",
                    "credential": "member:planner", "formation_member": "planner"})
     assert main(["audit", formation_id]) == 0
-    assert capsys.readouterr().out == (f"mur audit: {formation_id}: 1 call checked (1 record, "
-                                       "callers' and callees') in 1 trace, all along the 1 admitted edge\n")
+    assert capsys.readouterr().out == (
+        f"mur audit: {formation_id}: 1 call checked (1 record, callers' and callees') "
+        "in 1 trace, all along the 1 admitted edge\n")
     with coder.open("a") as out:
         out.write(json.dumps({"ts": "t2", "event": "member_call", "task_id": "c1",
                               "callee": "planner"}, separators=(",", ":")) + "\n")
