@@ -1,7 +1,7 @@
 """A session's durable tasks: ``tasks.db`` in its records directory, SQLite in WAL mode,
-mode 0600 (docs/durable-tasks.md). The standard library's ``sqlite3``
-is used from one writer thread: an async wrapper would only move the same thread into a
-dependency, and the door never waits for a write.
+mode 0600 (docs/durable-tasks.md). The standard library's ``sqlite3``, written by a
+process of its own (launcher/home/task_writer.py): the door never waits for a write, and
+no second thread of the runtime contends with its event loop.
 
 In this order:
 
@@ -9,49 +9,52 @@ In this order:
    readable by others), WAL, the schema; a file that is not a task database of this
    version (corrupt, another program's, a newer schema) is refused with
    :class:`TaskDbUnreadable`, naming the file and never its contents;
-2. :meth:`TaskDb.put`: a task that changed, queued by its id; the request path does
-   nothing more (one dict assignment; a task that changes again before the writer runs
-   is written once);
-3. the writer thread: every :data:`FLUSH_SECONDS` (or at once past :data:`BATCH_ROWS`
-   queued tasks), each queued task's latest state read (``snapshot()``; a door replaces
-   a task's lists, never changes them in place, so a snapshot taken here is whole) with
-   every token shape redacted (as the trace is: no token in any file), one
-   transaction of upserts, and every :data:`BOUND_EVERY` writes (and at close) the bound:
-   past ``max_finished`` ended tasks the oldest are deleted (the memory store's bound,
-   so a resumed session knows what the ended one knew);
-4. :meth:`TaskDb.load`: every task kept, oldest first, for ``mur run --resume``;
-5. :meth:`TaskDb.close`: the queue flushed, the thread joined, the database closed.
+2. :meth:`TaskDb.put`: a task that changed, queued by its id (a task that changes again
+   before it is shipped is written once); on the event loop, a ship is scheduled
+   :data:`FLUSH_SECONDS` later (at once past :data:`BATCH_ROWS` queued tasks); with no
+   loop running (a script, a test), the task is shipped at once;
+3. the ship: each queued task's latest state read (``snapshot()``; a door replaces a
+   task's lists, never changes them in place, so a snapshot taken here is whole) and
+   written to the writer's pipe as one batch, pickled (the writer encodes each task as
+   JSON and redacts every token shape in it: no token in any file); the writer is
+   started at the first ship, so a session that keeps no task never starts one;
+4. :meth:`TaskDb.load`: every task kept, oldest first, for ``mur run --resume`` (read
+   here, on this process's own connection, once the writer has committed what was
+   shipped);
+5. :meth:`TaskDb.close`: what is queued shipped, the writer told to keep the bound and
+   end, and waited for; the database closed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-import logging
 import os
+import select
 import sqlite3
-import threading
+import subprocess
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from gateway import redact_value
 from launcher.errors import LauncherError
+from launcher.home.task_writer import BOUND, FRAME, frame, spawn_writer, write_all
+from launcher.sandbox import descendants
 
 if TYPE_CHECKING:
     from gateway import JournaledTask
 
 __all__ = ["StoredTask", "TaskDb", "TaskDbUnreadable", "put_aside"]
 
-log = logging.getLogger("murmur.member")
-
 FILE_NAME: Final = "tasks.db"
 SCHEMA_VERSION: Final = 1
 FLUSH_SECONDS: Final = 0.05
 BATCH_ROWS: Final = 256
-#: The bound is kept every this many writes (a scan of the ended tasks; between two, a
-#: few seconds' worth more may be kept), and at close.
-BOUND_EVERY: Final = 20
+#: How long ``flush`` and ``close`` wait for the writer.
+WRITER_SECONDS: Final = 10.0
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, context_id TEXT NOT NULL, "
@@ -59,12 +62,6 @@ _SCHEMA: Final = (
     "updated_ns INTEGER NOT NULL, task TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS tasks_by_age ON tasks (terminal, updated_ns)",
 )
-_UPSERT: Final = ("INSERT INTO tasks (id, context_id, owner, state, terminal, updated_ns, task) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                  "state=excluded.state, terminal=excluded.terminal, "
-                  "updated_ns=excluded.updated_ns, task=excluded.task")
-_BOUND: Final = ("DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE terminal = 1 "
-                 "ORDER BY updated_ns DESC LIMIT -1 OFFSET ?)")
 
 
 class TaskDbUnreadable(LauncherError, OSError):
@@ -86,22 +83,20 @@ class StoredTask:
 
 
 class TaskDb:
-    """One session's ``tasks.db`` (module docstring); a writer thread of its own."""
+    """One session's ``tasks.db`` (module docstring); its writer a process of its own."""
 
     def __init__(self, path: Path, connection: sqlite3.Connection, max_finished: int) -> None:
         self.path = path
         self._db = connection
         self.max_finished = max_finished
         self._pending: dict[str, JournaledTask] = {}
-        self._lock = threading.Lock()
-        #: One transaction at a time (the writer's, a load's or close's flush).
-        self._transaction = threading.Lock()
-        self._wake = threading.Event()
-        self._closing = False
+        self._scheduled: asyncio.TimerHandle | None = None
+        #: The writer process: its stdin the batches, its stdout the answers.
+        self._writer: subprocess.Popen[bytes] | None = None
+        self._flushes = 0
+        self._closed = False
+        #: Batches shipped to the writer.
         self.writes = 0
-        self._thread = threading.Thread(target=self._write_loop, name="murmur-task-db",
-                                        daemon=True)
-        self._thread.start()
 
     # 1. open -----------------------------------------------------------------------
 
@@ -125,54 +120,65 @@ class TaskDb:
     # 2. put ------------------------------------------------------------------------
 
     def put(self, task: JournaledTask) -> None:
-        """Queue ``task`` to be written with its state at that time; returns at once."""
-        with self._lock:
-            self._pending[task.id] = task
-            full = len(self._pending) >= BATCH_ROWS
-        if full:
-            self._wake.set()
+        """Queue ``task`` to be written with its state at ship time; returns at once."""
+        if self._closed:
+            return
+        self._pending[task.id] = task
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.ship()             # no loop to wait on: now
+            return
+        if len(self._pending) >= BATCH_ROWS:
+            self.ship()
+        elif self._scheduled is None:
+            self._scheduled = loop.call_later(FLUSH_SECONDS, self.ship)
 
-    # 3. the writer -------------------------------------------------------------------
+    # 3. the ship ---------------------------------------------------------------------
 
-    def _write_loop(self) -> None:
-        failing = False
-        while True:
-            self._wake.wait(FLUSH_SECONDS)
-            self._wake.clear()
-            try:
-                self.flush()
-                failing = False
-            # A full disk, say: told once, the batch kept and tried again.
-            except (sqlite3.Error, OSError, ValueError, TypeError) as exc:
-                if not failing:
-                    log.warning("%s: a write failed (%s: %s); trying again",
-                                self.path, type(exc).__name__, exc)
-                failing = True
-            if self._closing:
-                return
-
-    def flush(self) -> None:
-        """Write what is queued now, in one transaction (and, now and then, the bound)."""
-        with self._lock:
-            tasks, self._pending = list(self._pending.values()), {}
+    def ship(self) -> None:
+        """What is queued now, encoded, to the writer as one batch."""
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = None
+        tasks, self._pending = list(self._pending.values()), {}
         if not tasks:
             return
-        encoded = [_row(task) for task in tasks]
-        with self._transaction:
-            try:
-                self._db.execute("BEGIN")
-                self._db.executemany(_UPSERT, encoded)
-                if self.writes % BOUND_EVERY == 0:
-                    self._db.execute(_BOUND, (self.max_finished,))
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                with self._lock:   # nothing queued is dropped: a newer snapshot wins
-                    for task in tasks:
-                        self._pending.setdefault(task.id, task)
-                raise
-            self.writes += 1
+        # The snapshot as it is (pickled on the way, far cheaper than JSON here): the
+        # writer encodes it, and redacts it, off this loop.
+        self._send(("rows", [(task.id, task.owner, task.terminal, task.updated_ns,
+                              task.snapshot()) for task in tasks]))
+        self.writes += 1
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        if self._writer is None:
+            self._writer = spawn_writer(self.path, self.max_finished)
+            # Started on purpose, waited for here, and ending with its pipe: not agent
+            # code's, which the runtime kills when it ends.
+            descendants.spare(self._writer.pid)
+        assert self._writer.stdin is not None
+        write_all(self._writer.stdin.fileno(), frame(message))
+
+    def flush(self) -> None:
+        """Ship what is queued and wait until the writer has committed it."""
+        self.ship()
+        if self._writer is None:
+            return
+        self._flushes += 1
+        self._send(("flush", self._flushes))
+        assert self._writer.stdout is not None
+        answers = self._writer.stdout.fileno()
+        until = time.monotonic() + WRITER_SECONDS
+        while True:
+            ready, _, _ = select.select([answers], [], [], max(0.0, until - time.monotonic()))
+            if not ready:
+                raise OSError(f"{self.path}: its writer did not answer within "
+                              f"{WRITER_SECONDS:g} s")
+            data = os.read(answers, FRAME.size)
+            if not data:
+                raise OSError(f"{self.path}: its writer ended")
+            if FRAME.unpack(data.ljust(FRAME.size, b"\0"))[0] >= self._flushes:
+                return
 
     # 4. load -------------------------------------------------------------------------
 
@@ -193,11 +199,26 @@ class TaskDb:
     # 5. close ------------------------------------------------------------------------
 
     def close(self) -> None:
-        self._closing = True
-        self._wake.set()
-        self._thread.join(timeout=10)
-        self.flush()
-        self._db.execute(_BOUND, (self.max_finished,))
+        if self._closed:
+            return
+        self.ship()
+        self._closed = True
+        writer, self._writer = self._writer, None
+        if writer is None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute(BOUND, (self.max_finished,))
+        else:
+            assert writer.stdin is not None and writer.stdout is not None
+            with contextlib.suppress(OSError):
+                write_all(writer.stdin.fileno(), frame(("close", self.max_finished)))
+            writer.stdin.close()
+            writer.stdout.close()
+            try:
+                writer.wait(WRITER_SECONDS)
+            except subprocess.TimeoutExpired:  # what it committed stays
+                writer.kill()
+                writer.wait()
+            descendants.release(writer.pid)
         self._db.close()
 
 
@@ -215,20 +236,6 @@ def put_aside(folder: Path) -> Path | None:
         if side.exists():
             os.replace(side, Path(f"{aside}{suffix}"))
     return aside
-
-
-def _row(task: JournaledTask) -> tuple[Any, ...]:
-    snapshot = task.snapshot()
-    text = json.dumps(snapshot, separators=(",", ":"))
-    # No token in any file but operator.token: a message may quote one, redacted as the
-    # trace is (gateway.redaction); every token shape holds one of these two words.
-    if "mft1." in text or "bearer" in text.lower():
-        snapshot = redact_value(snapshot)
-        text = json.dumps(snapshot, separators=(",", ":"))
-    status = snapshot.get("status")
-    state = str(status.get("state", "")) if isinstance(status, dict) else ""
-    return (task.id, str(snapshot.get("contextId", "")), task.owner, state,
-            1 if task.terminal else 0, task.updated_ns, text)
 
 
 def _prepare(connection: sqlite3.Connection, path: Path) -> None:

@@ -11,7 +11,10 @@ process group, session or ``PR_SET_PDEATHSIG`` reaches. So, in this order:
    alone);
 2. :func:`own` and :func:`release`: the children this process started on purpose (the
    agent process, a gateway upstream), which the code that started them waits for;
-   every other child is an orphan agent code left behind;
+   every other child is an orphan agent code left behind; :func:`spare`: a child of
+   this process's own that ends by itself when this process ends (the ``tasks.db``
+   writer, which ends when its pipe does after committing what it read): never killed
+   here, even by :func:`end_descendants`;
 3. :func:`reap_orphans`: reap orphans that ended by themselves (no zombie piles up);
 4. :func:`end_orphans` (the agent process or the upstream ended) and
    :func:`end_descendants` (this process ends): SIGKILL every process of each doomed
@@ -39,6 +42,7 @@ _PR_SET_CHILD_SUBREAPER: Final = 36
 END_SECONDS: Final = 3.0
 
 _owned: set[int] = set()
+_spared: set[int] = set()
 _starting = 0
 _subreaper = False
 
@@ -81,6 +85,14 @@ def own(pid: int) -> None:
 def release(pid: int) -> None:
     """``pid`` was waited for by the code that started it."""
     _owned.discard(pid)
+    _spared.discard(pid)
+
+
+def spare(pid: int) -> None:
+    """``pid`` is a child this process started, waits for, and which ends by itself
+    when this process ends: never killed here (module docstring)."""
+    _owned.add(pid)
+    _spared.add(pid)
 
 
 @contextlib.contextmanager
@@ -132,7 +144,7 @@ def _subtrees(roots: Iterable[int], parents: dict[int, int]) -> list[int]:
 def _doomed_children(everything: bool, parents: dict[int, int]) -> list[int]:
     me = os.getpid()
     return [pid for pid, parent in parents.items()
-            if parent == me and (everything or pid not in _owned)]
+            if parent == me and pid not in _spared and (everything or pid not in _owned)]
 
 
 # ------------------------------------------------------------------ ending it

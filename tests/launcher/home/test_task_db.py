@@ -1,10 +1,12 @@
 """A session's ``tasks.db`` (launcher/home/task_db.py): made 0600 and in WAL mode, written
-by its own thread in batches (the newest snapshot of a task wins), bounded like the
-memory store, read back after a ``SIGKILL`` of the process that wrote it, and a file
-that is not a task database refused with the file's name and nothing of its contents."""
+by a process of its own in batches (the newest snapshot of a task wins, shipped from the
+event loop without a thread), bounded like the memory store, read back after a
+``SIGKILL`` of the process that wrote it, and a file that is not a task database refused
+with the file's name and nothing of its contents."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -18,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from launcher.home.task_db import FILE_NAME, TaskDb, TaskDbUnreadable
+from launcher.home.task_db import FILE_NAME, FLUSH_SECONDS, TaskDb, TaskDbUnreadable
+from launcher.home.task_writer import TaskWriter
 
 
 @dataclass
@@ -57,7 +60,7 @@ def test_the_database_and_its_wal_are_the_users_alone(tmp_path: Path) -> None:
     assert mode == "wal"
 
 
-def test_a_put_is_written_by_the_thread_and_the_newest_snapshot_wins(tmp_path: Path) -> None:
+def test_a_put_is_written_by_the_writer_and_the_newest_snapshot_wins(tmp_path: Path) -> None:
     db = TaskDb.open(tmp_path)
     db.put(task("a", owner="member:planner"))
     db.put(task("a", "TASK_STATE_COMPLETED", "done", owner="member:planner"))
@@ -182,18 +185,43 @@ class FailingOnce:
         return self.real.executemany(sql, rows)
 
 
-def test_a_failed_write_keeps_its_tasks_queued_and_writes_them_next_time(
-        tmp_path: Path) -> None:
+def test_a_failed_write_keeps_its_tasks_and_writes_them_next_time(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = TaskDb.open(tmp_path)
-    failing = FailingOnce(db._db)
-    db._db = failing  # type: ignore[assignment]
-    db.put(task("a", "TASK_STATE_COMPLETED"))
-    deadline = time.monotonic() + 5
-    rows: list[Any] = []
-    while time.monotonic() < deadline and not rows:
-        time.sleep(0.05)
-        with sqlite3.connect(tmp_path / FILE_NAME) as reader:
-            rows = reader.execute("SELECT id, state FROM tasks").fetchall()
     db.close()
-    assert failing.failed
-    assert rows == [("a", "TASK_STATE_COMPLETED")]
+    failing = FailingOnce(sqlite3.connect(tmp_path / FILE_NAME, isolation_level=None))
+    writer = TaskWriter(failing, tmp_path / FILE_NAME, 1000)  # type: ignore[arg-type]
+    writer.write([("a", "operator", True, 1, {"id": "a", "contextId": "ctx",
+                                              "status": {"state": "TASK_STATE_COMPLETED"}})])
+    assert failing.failed and writer.waiting
+    assert "a write failed (OperationalError: database or disk is full)" in \
+        capsys.readouterr().err
+    writer.write(())                      # tried again: nothing new needed
+    assert not writer.waiting
+    writer.close()
+    with sqlite3.connect(tmp_path / FILE_NAME) as reader:
+        assert reader.execute("SELECT id, state FROM tasks").fetchall() == [
+            ("a", "TASK_STATE_COMPLETED")]
+
+
+def test_on_the_event_loop_puts_are_shipped_together_later(tmp_path: Path) -> None:
+    db = TaskDb.open(tmp_path)
+
+    async def puts() -> int:
+        for number in range(10):
+            db.put(task(f"t{number}"))
+        shipped_at_once = db.writes
+        await asyncio.sleep(FLUSH_SECONDS * 4)
+        return shipped_at_once
+
+    assert asyncio.run(puts()) == 0       # nothing on the request path but a dict entry
+    assert db.writes == 1                 # ten tasks, one batch
+    assert len(db.load()) == 10
+    db.close()
+
+
+def test_a_session_that_keeps_no_task_starts_no_writer(tmp_path: Path) -> None:
+    db = TaskDb.open(tmp_path)
+    db.load()
+    db.close()
+    assert db._writer is None
