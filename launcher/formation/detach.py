@@ -4,8 +4,9 @@ In order: the refusals (``--detach`` runs a formation that serves until ``mur st
 not with ``--task``); the launcher started again as a child of its own session (no
 terminal: a hang-up or Ctrl-C there never reaches it), its stdin ``/dev/null``, its
 stderr (its own lines, the members' forwarded stderr) appended to a log file under
-``records/detached/``, its stdout a pipe read for one line; that line, the formation
-line or a refusal, decides: a formation line renames the log after the formation and
+``records/detached/`` and echoed on this command's stderr while it starts (warnings,
+the members it still waits for), its stdout a pipe read for one line; that line, the
+formation line or a refusal, decides: a formation line renames the log after the formation and
 prints the id (``--json``: the formation line with ``detached``, ``launcher_pid`` and
 ``launcher_log`` added) and ends here with status 0 while the formation runs on; a
 refusal prints what the launcher said and exits with the launcher's status.
@@ -19,15 +20,19 @@ import argparse
 import contextlib
 import json
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from launcher.diagnostics import failure_json
 from launcher.formation.members import mur_command
 from launcher.home.paths import detached_logs
 
+#: How often the launcher's log is echoed while the formation starts.
+ECHO_SECONDS = 0.25
 #: The flags a detached launch takes off the child's command line.
 _DETACH_FLAGS = ("--detach", "-d")
 
@@ -65,12 +70,47 @@ def detach(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):
             os.close(log_fd)
     assert child.stdout is not None
+    echo = _LogEcho(starting)
     with child.stdout:
-        first = child.stdout.readline()
+        first = _first_line(child.stdout, echo)
     line = _json_object(first)
     if line is not None and line.get("event") == "formation":
         return _detached(args, line, child.pid, starting)
-    return _refused(args, child, first, starting)
+    return _refused(args, child, first, starting, echo)
+
+
+class _LogEcho:
+    """What the launcher writes to its log, echoed on this command's stderr while it
+    starts the formation (its warnings, which members it still waits for)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offset = 0
+
+    def echo(self) -> None:
+        with contextlib.suppress(OSError):
+            with self._path.open("rb") as log:
+                log.seek(self._offset)
+                data = log.read()
+            self._offset += len(data)
+            sys.stderr.buffer.write(data)
+            sys.stderr.flush()
+
+
+def _first_line(stdout: IO[bytes], log: _LogEcho) -> bytes:
+    """The launcher's first stdout line (b"" when it ended first), its log echoed
+    meanwhile every :data:`ECHO_SECONDS`."""
+    fd, line = stdout.fileno(), b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], ECHO_SECONDS)
+        log.echo()
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        line += chunk
+        if not chunk or b"\n" in line:
+            log.echo()
+            return line.split(b"\n", 1)[0] + (b"\n" if b"\n" in line else b"")
 
 
 def _detached(args: argparse.Namespace, line: dict[str, object], pid: int,
@@ -94,11 +134,9 @@ def _detached(args: argparse.Namespace, line: dict[str, object], pid: int,
 
 
 def _refused(args: argparse.Namespace, child: subprocess.Popen[bytes], first: bytes,
-             starting: Path) -> int:
+             starting: Path, echo: _LogEcho) -> int:
     status = child.wait()
-    with contextlib.suppress(OSError):
-        sys.stderr.write(starting.read_text(encoding="utf-8", errors="replace"))
-        sys.stderr.flush()
+    echo.echo()                 # the rest of what it said
     starting.unlink(missing_ok=True)
     if args.json and first:
         sys.stdout.write(first.decode("utf-8", "replace"))

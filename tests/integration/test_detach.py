@@ -68,7 +68,7 @@ def test_a_refused_detached_launch_says_why_and_leaves_nothing(
     (project / "roster.yaml").write_text("version: 1\nmembers: []\n")
     refused = mur("run", "--roster", "--detach", env=env, cwd=project, timeout=60)
     assert refused.returncode == 1 and refused.stdout == ""
-    assert "E-ROS-" in refused.stderr
+    assert refused.stderr.count("error E-ROS-") == 1, refused.stderr  # echoed once
     as_json = mur("run", "--roster", "--detach", "--json", env=env, cwd=project, timeout=60)
     document = json.loads(as_json.stdout)
     assert as_json.returncode == 1 and document["ok"] is False
