@@ -23,11 +23,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.protocol import CARD_PATH, SESSION_EXTENSION_URI
@@ -41,17 +40,14 @@ from launcher.ids import is_formation_id, is_session_id
 from launcher.spawn.env_names import READY_SECONDS_ENV
 from launcher.spawn.process import LineTooLong, ManagedProcess, read_line
 
-if TYPE_CHECKING:
-    # Imported by new_probe_client, once every peer was started: httpx and its pool
-    # cost the launcher a tenth of a second of CPU, which no peer should wait for.
-    import httpx
-
 #: How long each member has from its own start to become ready.
 READY_SECONDS = 180.0
 #: How often a reported door is probed.
 PROBE_INTERVAL = 0.1
 #: The longest one probe may take.
 PROBE_TIMEOUT = 1.0
+#: The largest answer a probe reads (a card is a few kilobytes).
+PROBE_MAX_BYTES = 1 << 20
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -202,24 +198,11 @@ def card_names_session(card: object, session_id: str) -> bool:
     return False
 
 
-async def probe_card(client: httpx.AsyncClient, ready: Ready, token: str,
+async def probe_card(client: DoorProbe, ready: Ready, token: str,
                      timeout: float) -> dict[str, Any] | None:
     """The card the door serves its operator, when it names the session; else None."""
-    import httpx
-
-    url = ready.door_url.rstrip("/") + CARD_PATH
-    try:
-        response = await client.get(url, headers={"Authorization": f"Bearer {token}"},
-                                    timeout=max(0.05, min(PROBE_TIMEOUT, timeout)))
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
-        return None
-    try:
-        card = response.json()
-    except ValueError:
-        return None
-    return card if card_names_session(card, ready.session_id) else None
+    card = await client.card(ready.door_url, token, max(0.05, min(PROBE_TIMEOUT, timeout)))
+    return card if card is not None and card_names_session(card, ready.session_id) else None
 
 
 def _exited(process: ManagedProcess) -> int | None:
@@ -231,7 +214,7 @@ def describe_exit(code: int) -> str:
     return f"signal {-code}" if code < 0 else f"status {code}"
 
 
-async def wait_for_door(client: httpx.AsyncClient, process: ManagedProcess, ready: Ready,
+async def wait_for_door(client: DoorProbe, process: ManagedProcess, ready: Ready,
                         *, until: float, deadline_bound: bool) -> dict[str, Any]:
     """Probe ``ready``'s door every 100 ms until it answers as its session; the card it
     answered with.
@@ -292,16 +275,90 @@ async def read_ready_line(process: ManagedProcess, reader: asyncio.StreamReader,
     return parse_ready_line(line, member=member, formation_id=formation_id)
 
 
-def new_probe_client() -> httpx.AsyncClient:
-    """The client readiness probes use: no proxy from the environment (doors are on
-    loopback), no redirects (the operator token never leaves the reported door).
+class DoorProbe:
+    """The readiness probe's one request: ``GET <door>/.well-known/agent-card.json`` with
+    the operator token, plain HTTP/1.1 on a connection of its own (``Connection:
+    close``), the answer read whole up to :data:`PROBE_MAX_BYTES`.
 
-    A probe only ever speaks plain HTTP (:func:`parse_ready_line` takes no other door
-    URL), so its TLS context trusts no certificate at all rather than loading the CA
-    bundle, which cost every launch ~50 ms of CPU before its first probe (measured): a
-    TLS connection, were one ever tried, would fail verification."""
-    import httpx
+    Written here rather than taken from an HTTP client: a probe only ever speaks plain
+    HTTP to a loopback door (:func:`parse_ready_line` takes no other URL), follows no
+    redirect and uses no proxy, so the operator token never leaves the reported door;
+    and importing httpx cost every launch about 0.2 s of the launcher's CPU while its
+    members were starting (measured with ``python -X importtime``)."""
 
-    return httpx.AsyncClient(trust_env=False, follow_redirects=False,
-                             timeout=httpx.Timeout(PROBE_TIMEOUT),
-                             verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    async def card(self, door_url: str, token: str, timeout: float) -> dict[str, Any] | None:
+        """The door's card as JSON, or None for anything else (no answer in time, a
+        status other than 200, a body that is not a JSON object)."""
+        url = urlsplit(door_url)
+        path = url.path.rstrip("/") + CARD_PATH
+        request = (f"GET {path} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+                   f"Authorization: Bearer {token}\r\nAccept: application/json\r\n"
+                   "Connection: close\r\n\r\n").encode("latin-1")
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(url.hostname, url.port)
+                try:
+                    writer.write(request)
+                    answer = await _read_to_end(reader)
+                finally:
+                    writer.close()
+        except (OSError, TimeoutError, UnicodeError, ValueError):
+            return None
+        return _card_of(answer) if answer is not None else None
+
+    async def aclose(self) -> None:
+        """Nothing is kept between probes (each has its own connection)."""
+
+    async def __aenter__(self) -> DoorProbe:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def _read_to_end(reader: asyncio.StreamReader) -> bytes | None:
+    data = b""
+    while chunk := await reader.read(65536):
+        data += chunk
+        if len(data) > PROBE_MAX_BYTES:
+            return None
+    return data
+
+
+def _card_of(answer: bytes) -> dict[str, Any] | None:
+    """The JSON object of a 200 answer (its body by ``Content-Length``, chunked, or to
+    the end), else None."""
+    head, separator, body = answer.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = lines[0].split(b" ", 2)
+    if not separator or len(status) < 2 or status[1] != b"200":
+        return None
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip().lower()
+    if headers.get(b"transfer-encoding") == b"chunked":
+        body = _unchunked(body)
+    elif b"content-length" in headers:
+        body = body[:int(headers[b"content-length"])]
+    try:
+        card = json.loads(body)
+    except ValueError:
+        return None
+    return card if isinstance(card, dict) else None
+
+
+def _unchunked(body: bytes) -> bytes:
+    out = b""
+    while body:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out, body = out + rest[:size], rest[size + 2:]
+    return out
+
+
+def new_probe_client() -> DoorProbe:
+    """The probe the launcher's readiness checks share."""
+    return DoorProbe()

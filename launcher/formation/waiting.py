@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from launcher.formation.ending import FormationEnd
 from launcher.formation.members import LaunchedMember
@@ -21,15 +20,13 @@ from launcher.formation.printing import say
 from launcher.formation.progress import note_while_waiting
 from launcher.formation.ready import (
     DeadlineFell,
+    DoorProbe,
     NotReady,
     new_probe_client,
     read_ready_line,
     wait_for_door,
 )
 from launcher.spawn.process import drain
-
-if TYPE_CHECKING:
-    import httpx  # the probe client's type: httpx is imported once the peers started
 
 
 @dataclass(slots=True)
@@ -52,7 +49,7 @@ class ReadyBounds:
                 and asyncio.get_running_loop().time() >= self.deadline_at)
 
 
-async def peer_ready(member: LaunchedMember, client: httpx.AsyncClient, *,
+async def peer_ready(member: LaunchedMember, client: DoorProbe, *,
                      formation_id: str, bounds: ReadyBounds) -> None:
     """Wait for ``member``'s readiness line, then for its door; :class:`NotReady` (or
     :class:`DeadlineFell`) when it does not come up."""
