@@ -84,8 +84,10 @@ def main(fd: int) -> int:
 def _warm() -> None:
     """Import what every member runtime imports (and keep mur off the current
     directory's modules, as ``launcher.cli.main`` does for a program)."""
+    import gateway.grpc.server  # noqa: F401 - every door serves gRPC: grpcio, protobuf
     import launcher.cli
     import launcher.commands.running
+    import launcher.home.task_db  # noqa: F401 - sqlite3, at a member's first task
     import launcher.member.main
     import launcher.member.session  # noqa: F401 - imported to be inherited warm
 
