@@ -304,7 +304,10 @@ class DoorProbe:
                     writer.close()
         except (OSError, TimeoutError, UnicodeError, ValueError):
             return None
-        return _card_of(answer) if answer is not None else None
+        try:
+            return _card_of(answer) if answer is not None else None
+        except ValueError:  # a length or chunk size that is no number: no card yet
+            return None
 
     async def aclose(self) -> None:
         """Nothing is kept between probes (each has its own connection)."""

@@ -63,6 +63,8 @@ def test_anything_but_a_json_object_in_a_200_is_no_card() -> None:
     assert probe(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")[0] is None
     assert probe(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]")[0] is None
     assert probe(b"garbage")[0] is None
+    assert probe(b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n{}")[0] is None
+    assert probe(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}")[0] is None
 
 
 def test_no_answer_in_time_and_no_door_are_no_card() -> None:
