@@ -28,11 +28,11 @@ _STARTING: Final = frozenset({"SendMessage", "SendStreamingMessage"})
 DepthOf = Callable[[str | None], int]
 
 
-def starts_task(request: httpx.Request, body: bytes) -> bool:
-    """Whether ``request`` (to a member's door, ``body`` read) starts a task there."""
-    if request.method != "POST":
+def starts_task(method: str, path: str, body: bytes) -> bool:
+    """Whether a request (to a member's door: its method, its URL's path and its body)
+    starts a task there."""
+    if method != "POST":
         return False
-    path = request.url.path
     if path.strip("/") == "":                       # JSON-RPC: the method is in the body
         try:
             document = json.loads(body)
@@ -57,9 +57,11 @@ class CallBounds:
         #: Task-starting calls made so far.
         self.made = 0
 
-    def spend(self, request: httpx.Request, body: bytes) -> None:
-        """Count a call that starts a task; CallLimitReached once ``calls`` were made."""
-        if self._calls is None or not starts_task(request, body):
+    def spend(self, method: str, path: str, body: bytes,
+              request: httpx.Request | None = None) -> None:
+        """Count a call that starts a task; CallLimitReached (naming ``request``, when
+        there is one) once ``calls`` were made."""
+        if self._calls is None or not starts_task(method, path, body):
             return
         if self.made >= self._calls:
             if self._on_limit is not None:

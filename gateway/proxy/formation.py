@@ -128,6 +128,7 @@ class _Door:
 
     url: httpx.URL
     host: bytes                       # the Host header: the door's netloc
+    address: tuple[str, int]          # where to connect: the door's host and port
     prefix: bytes                     # the door URL's own path, without a trailing /
     allowed: bool                     # capabilities.network.allow reaches it
     #: Real URLs by virtual raw path (``/`` and a few more): parsing a URL costs more
@@ -141,6 +142,26 @@ class _Door:
             if len(self.urls) < _REAL_URL_CACHE:
                 self.urls[raw_path] = url
         return url
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualTarget:
+    """A URL that is exactly a callee's virtual address, read once (the forward proxy
+    keeps these by URL text)."""
+
+    callee: str
+    text: str                         # the virtual URL, as the call hook is told it
+    path: str                         # its path, as the call bounds read it
+    raw_path: bytes                   # its path and query, as sent to the door
+
+
+@dataclass(frozen=True, slots=True)
+class MemberHop:
+    """A request to a member, stamped, as bytes: where its door is, and its head."""
+
+    address: tuple[str, int]
+    head: bytes                       # request line and headers, the empty line included
+    started: float                    # time.perf_counter() when it was stamped
 
 
 _REAL_URL_CACHE: Final = 64
@@ -305,29 +326,12 @@ class FormationTransport(httpx.AsyncBaseTransport):
                 f"capabilities.network.allow does not reach the door of member {callee!r}, "
                 "which listens on loopback; add `localhost` to the grant",
                 request=request)
-        authorization = shared.authorizations[callee]
         try:
             body = request.content              # built from bytes: read already
         except httpx.RequestNotRead:
             body = await request.aread()
-        headers = _forwarded_headers(raw)
-        bounds = shared.bounds
-        if bounds is not None:      # a version 2 roster: the member's calls and depth
-            bounds.spend(request, body)
-            depth = bounds.depth(CALLING_TASK.get())
-            if depth is not None:
-                headers.append((_CALL_DEPTH_HEADER, depth))
-        trace_parent = None if shared.on_call is None else shared.on_call(callee, str(request.url))
-        if trace_parent is not None:    # the runtime's span, never the component's own
-            headers = [header for header in headers
-                       if _header_key(header[0]) not in _TRACE_HEADERS]
-            headers.append((_TRACEPARENT, trace_parent))
-        headers.append((b"Host", door.host))
-        if body or request.method in _BODY_METHODS:
-            headers.append((b"Content-Length", str(len(body)).encode("ascii")))
-        trust = b"trusted" if self._trust() == TRUSTED else b"untrusted"
-        headers += [(b"Authorization", authorization), (_ORIGIN_HEADER, b"peer"),
-                    (_TRUST_HEADER, trust)]
+        headers = self._stamped(callee, door, request.method, request.url.path,
+                                str(request.url), raw, body, request)
         # ``timeout`` is the only request extension forwarded to the inner transport.
         # ``trace`` in particular is dropped: httpcore hands it the outgoing headers,
         # token included.
@@ -346,14 +350,10 @@ class FormationTransport(httpx.AsyncBaseTransport):
             # the token and the door's address scrubbed, and no chain back (raised below,
             # outside the except, so not even as __context__).
             failure = _scrubbed_failure(exc, request, shared.scrub)
-        metrics = shared.metrics
         if failure is not None:
-            if metrics is not None:
-                metrics.proxy_call(callee, "unreachable", None)
+            self.call_unreachable(callee)
             raise failure
-        if metrics is not None:
-            metrics.proxy_call(callee, proxy_outcome(response.status_code),
-                               time.perf_counter() - started)
+        self.call_answered(callee, response.status_code, started)
         response.request = request
         response.stream = _SanitizedStream(response.stream, request, shared.scrub)
         if "network_stream" in response.extensions:     # httpx's: its socket names the door
@@ -361,6 +361,76 @@ class FormationTransport(httpx.AsyncBaseTransport):
                                    if key != "network_stream"}
         _mark_redirect(request, response)
         return response
+
+    def _stamped(self, callee: str, door: _Door, method: str, path: str, url_text: str,
+                 raw: list[tuple[bytes, bytes]], body: bytes,
+                 request: httpx.Request | None) -> list[tuple[bytes, bytes]]:
+        """Step 4: the component's headers stripped (``raw``), then the bounds spent and
+        the call hook told (``url_text``: the virtual URL), then the stamps."""
+        shared = self._shared
+        headers = _forwarded_headers(raw)
+        bounds = shared.bounds
+        if bounds is not None:      # a version 2 roster: the member's calls and depth
+            bounds.spend(method, path, body, request)
+            depth = bounds.depth(CALLING_TASK.get())
+            if depth is not None:
+                headers.append((_CALL_DEPTH_HEADER, depth))
+        trace_parent = None if shared.on_call is None else shared.on_call(callee, url_text)
+        if trace_parent is not None:    # the runtime's span, never the component's own
+            headers = [header for header in headers
+                       if _header_key(header[0]) not in _TRACE_HEADERS]
+            headers.append((_TRACEPARENT, trace_parent))
+        headers.append((b"Host", door.host))
+        if body or method in _BODY_METHODS:
+            headers.append((b"Content-Length", str(len(body)).encode("ascii")))
+        trust = b"trusted" if self._trust() == TRUSTED else b"untrusted"
+        headers += [(b"Authorization", shared.authorizations[callee]),
+                    (_ORIGIN_HEADER, b"peer"), (_TRUST_HEADER, trust)]
+        return headers
+
+    def call_answered(self, callee: str, status: int, started: float) -> None:
+        """Count a request to ``callee`` that its door answered with ``status``;
+        ``started`` is when it was sent (``time.perf_counter()``)."""
+        metrics = self._shared.metrics
+        if metrics is not None:
+            metrics.proxy_call(callee, proxy_outcome(status), time.perf_counter() - started)
+
+    def call_unreachable(self, callee: str) -> None:
+        """Count a request to ``callee`` whose door could not be reached."""
+        metrics = self._shared.metrics
+        if metrics is not None:
+            metrics.proxy_call(callee, "unreachable", None)
+
+    # A hop in bytes (the forward proxy's) -------------------------------------------
+
+    def virtual_target(self, url: httpx.URL) -> VirtualTarget | None:
+        """``url`` as a hop to a member, when it is exactly a callee's virtual address
+        (step 1's usual case); ``None`` for anything else, which goes the httpx way."""
+        name = self._shared.virtual_hosts.get(url.raw_host.decode("ascii", "replace"))
+        if name is None or url.scheme != "http" or url.port is not None or url.userinfo:
+            return None
+        return VirtualTarget(name, str(url), url.path, url.raw_path)
+
+    def member_hop(self, target: VirtualTarget, method: str,
+                   raw: list[tuple[bytes, bytes]], body: bytes) -> MemberHop | None:
+        """Steps 2 to 4 of a request to ``target`` as the bytes of its head, for a caller
+        that writes them to the door itself (the forward proxy); then it reports the
+        answer with :meth:`call_answered` or :meth:`call_unreachable`.
+
+        ``None`` while the callee's door is not known yet, or when the grant does not
+        reach it: the httpx way (:meth:`handle_async_request`) then waits for the door,
+        or refuses, as it does for every component. Raises what step 4 raises
+        (:class:`CallLimitReached`)."""
+        door = self._shared.known.get(target.callee)
+        if door is None or not door.allowed:
+            return None
+        headers = self._stamped(target.callee, door, method, target.path, target.text, raw,
+                                body, None)
+        lines = [b"%s %s%s HTTP/1.1\r\n" % (method.encode("ascii"), door.prefix,
+                                              target.raw_path)]
+        lines += [name + b": " + value + b"\r\n" for name, value in headers]
+        lines.append(b"\r\n")
+        return MemberHop(door.address, b"".join(lines), time.perf_counter())
 
     def doors_moved(self, callees: Iterable[str]) -> None:
         """``callees`` have new doors (a restarted member): their next request asks the
@@ -385,6 +455,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
         if door is None:
             url = httpx.URL(text)
             door = _Door(url=url, host=url.netloc,
+                         address=(url.host, url.port or _default_port(url.scheme) or 80),
                          prefix=url.raw_path.split(b"?")[0].rstrip(b"/"),
                          allowed=shared.allow.allows(url), urls={})
             shared.addresses.add(callee, url)

@@ -42,12 +42,21 @@ from typing import Final
 
 import httpx
 
+from gateway.proxy.door_hop import DoorConnections, HopFailed
 from gateway.proxy.env import USER, proxy_environment, proxy_url
-from gateway.proxy.formation import CALLING_TASK, TRUSTED, UNTRUSTED, FormationTransport
+from gateway.proxy.formation import (
+    CALLING_TASK,
+    TRUSTED,
+    UNTRUSTED,
+    FormationTransport,
+    VirtualTarget,
+)
 from gateway.proxy.forward_relay import relay as _relay
+from gateway.proxy.forward_relay import relay_hop as _relay_hop
 from gateway.proxy.forward_request import TASK_HEADER, RequestHead, parse_head
 from gateway.proxy.forward_request import ForwardAnswer as _Answer
 from gateway.proxy.forward_request import body_length as _body_length
+from gateway.proxy.forward_request import forwarded_to_target as _forwarded_to_target
 from gateway.proxy.forward_request import read_chunked as _read_chunked
 from gateway.proxy.forward_request import refused_virtual as _refused_virtual
 from gateway.proxy.forward_request import target_url as _target_url
@@ -123,10 +132,12 @@ class ForwardProxy:
         self._limits = limits or ProxyLimits()
         self._secret = secret if secret is not None else secrets.token_urlsafe(32)
         self._credentials = f"{USER}:{self._secret}".encode("ascii")
+        self._authorization = b"Basic " + base64.b64encode(self._credentials)
         self._server: asyncio.Server | None = None
         self._port: int | None = None
         self._connections: set[asyncio.Task[None]] = set()
-        self._urls: dict[str, httpx.URL] = {}
+        self._urls: dict[str, tuple[httpx.URL, VirtualTarget | None]] = {}
+        self._doors = DoorConnections(connect_seconds=self._limits.connect_seconds)
         self._closing = False
         self._timeouts = {"connect": self._limits.connect_seconds, "read": None,
                           "write": None, "pool": self._limits.connect_seconds}
@@ -167,6 +178,7 @@ class ForwardProxy:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        self._doors.close()
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -232,23 +244,29 @@ class ForwardProxy:
     async def _read_head(self, reader: asyncio.StreamReader) -> RequestHead | None:
         """The next head; ``None`` when the agent closed the connection between requests
         (or mid-head)."""
+        deadline = _Deadline(self._limits.head_seconds)
         try:
-            async with asyncio.timeout(self._limits.head_seconds):
-                data = await reader.readuntil(b"\r\n\r\n")
+            data = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError:
             return None
         except asyncio.LimitOverrunError:
             raise _Answer(431, "head_too_large", f"a request head may have at most "
                           f"{self._limits.head_bytes} bytes") from None
-        except TimeoutError:
+        except asyncio.CancelledError:
+            if not deadline.passed():
+                raise
             raise _Answer(408, "request_timeout", f"the request head did not arrive within "
                           f"{self._limits.head_seconds:g} s") from None
+        finally:
+            deadline.cancel()
         return parse_head(data[:-4])
 
     def _authorized(self, head: RequestHead) -> bool:
         values = head.values(b"proxy-authorization")
         if len(values) != 1:
             return False
+        if hmac.compare_digest(values[0], self._authorization):
+            return True                     # as clients write it: no decoding
         scheme, _, credentials = values[0].partition(b" ")
         if scheme.lower() != b"basic":
             return False
@@ -262,40 +280,79 @@ class ForwardProxy:
 
     async def _forward(self, head: RequestHead, reader: asyncio.StreamReader,
                        writer: asyncio.StreamWriter) -> bool:
-        url = self._url(head.target.decode("ascii"))
+        url, virtual = self._url(head.target.decode("ascii"))
         length = _body_length(head, self._limits.body_bytes)
         if length != 0 and head.minor == 1 and b"100-continue" in (
                 value.lower() for value in head.values(b"expect")):
             writer.write(_CONTINUE)
         body = await self._read_body(reader, length)
+        keep_alive = head.minor == 1 and b"close" not in head.named
+        if virtual is not None:
+            relayed = await self._hop(virtual, url, head, body, writer, keep_alive)
+            if relayed is not None:
+                return relayed
         request = _transport_request(head, url, body, self._timeouts)
         response = await self._send(request, self._task_of(head))
-        keep_alive = head.minor == 1 and b"close" not in head.connection_tokens()
         return await _relay(response, url, head, writer, keep_alive)
 
-    def _url(self, target: str) -> httpx.URL:
+    def _url(self, target: str) -> tuple[httpx.URL, VirtualTarget | None]:
         """The target's URL, checked and parsed once per text (agents repeat a few URLs,
-        and parsing one costs more than the rest of the head); the verdict depends on
-        the text alone."""
-        url = self._urls.get(target)
-        if url is None:
+        and parsing one costs more than the rest of the head), and what it is when it is
+        exactly a callee's virtual address; the verdict depends on the text alone."""
+        known = self._urls.get(target)
+        if known is None:
             url = _target_url(target)
+            known = url, self._transport.virtual_target(url)
             if len(self._urls) < _URL_CACHE:
-                self._urls[target] = url
-        return url
+                self._urls[target] = known
+        return known
+
+    async def _hop(self, virtual: VirtualTarget, url: httpx.URL, head: RequestHead,
+                   body: bytes, writer: asyncio.StreamWriter, keep_alive: bool
+                   ) -> bool | None:
+        """A request to a callee whose door the member knows, carried in bytes on a
+        kept-alive connection to that door (``door_hop``): stamped by the member's
+        FormationTransport as every request to a member is. ``None`` when the door is
+        not known yet: the request then goes the httpx way, which waits for it."""
+        task = self._task_of(head)
+        view = self._view(task)
+        calling = CALLING_TASK.set(task[0] if task is not None else None)
+        try:
+            hop = view.member_hop(virtual, head.method.decode("ascii"), _forwarded_to_target(head),
+                                   body)
+        except Exception as exc:  # noqa: BLE001 - mapped to the agent's answer
+            raise self._failure(exc, view, url) from None
+        finally:
+            CALLING_TASK.reset(calling)
+        if hop is None:
+            return None
+        try:
+            connection, answer = await self._doors.send(hop.address, hop.head + body)
+            view.call_answered(virtual.callee, answer.status, hop.started)
+            return await _relay_hop(self._doors, connection, answer, lambda: url, head,
+                                    writer, keep_alive)
+        except HopFailed as exc:            # nothing was written to the agent yet
+            view.call_unreachable(virtual.callee)
+            raise _Answer(502, "door_unavailable",
+                          f"the door of member {virtual.callee!r} cannot be reached "
+                          f"({exc.kind})") from None
 
     async def _read_body(self, reader: asyncio.StreamReader, length: int | None) -> bytes:
         if length == 0:
             return b""
+        deadline = _Deadline(self._limits.body_seconds)
         try:
-            async with asyncio.timeout(self._limits.body_seconds):
-                if length is None:
-                    return await _read_chunked(reader, self._limits.body_bytes)
-                return await reader.readexactly(length)
-        except TimeoutError:
+            if length is None:
+                return await _read_chunked(reader, self._limits.body_bytes)
+            return await reader.readexactly(length)
+        except asyncio.CancelledError:
+            if not deadline.passed():
+                raise
             raise _Answer(408, "request_timeout",
                           f"the request body did not arrive within "
                           f"{self._limits.body_seconds:g} s") from None
+        finally:
+            deadline.cancel()
 
     def _task_of(self, head: RequestHead) -> tuple[str, str] | None:
         """(task id, its trust) when ``Proxy-Murmur-Task`` names a task the member holds
@@ -308,39 +365,77 @@ class ForwardProxy:
         trust = self._task_trust(task) if len(task) <= 64 else None
         return (task, trust) if trust is not None else None
 
+    def _view(self, task: tuple[str, str] | None) -> FormationTransport:
+        """The transport's view for a request's trust: its task's, else the member's."""
+        trust = task[1] if task is not None else self._trust()
+        return self._trusted if trust == TRUSTED else self._untrusted
+
     async def _send(self, request: httpx.Request,
                     task: tuple[str, str] | None = None) -> httpx.Response:
         """``request`` through the member's FormationTransport; every refusal and
         failure as the agent's answer, naming a member but never a door's address."""
-        trust = task[1] if task is not None else self._trust()
-        view = self._trusted if trust == TRUSTED else self._untrusted
+        view = self._view(task)
         calling = CALLING_TASK.set(task[0] if task is not None else None)
         try:
             return await view.handle_async_request(request)
-        except FormationRefused:
-            raise _refused_virtual() from None
-        except EgressRefused as exc:
-            raise _Answer(403, "egress_refused", str(exc)) from None
-        except CallLimitReached as exc:
-            raise _Answer(403, "limit_reached", str(exc)) from None
-        except DoorUnavailable as exc:
-            raise _Answer(502, "door_unavailable", str(exc)) from None
-        except httpx.TransportError as exc:
-            callee = exact_virtual_name(request.url.host)
-            if callee is not None and callee in view.callees:
-                raise _Answer(502, "door_unavailable",
-                              f"the door of member {callee!r} cannot be reached "
-                              f"({type(exc).__name__})") from None
-            raise _Answer(502, "upstream_unavailable",
-                          f"{_authority(request.url)} cannot be reached: "
-                          f"{type(exc).__name__}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - a hook's or directory's bug, logged
-            _log.error("forward proxy: a request failed: %s: %s", type(exc).__name__,
-                       view.scrub(str(exc)))
-            raise _Answer(500, "proxy_error",
-                          "the forward proxy failed; the member's log says why") from None
+        except Exception as exc:  # noqa: BLE001 - mapped to the agent's answer
+            raise self._failure(exc, view, request.url) from None
         finally:
             CALLING_TASK.reset(calling)
+
+    @staticmethod
+    def _failure(exc: Exception, view: FormationTransport, url: httpx.URL) -> _Answer:
+        """The agent's answer to a request the transport refused or could not send."""
+        if isinstance(exc, FormationRefused):
+            return _refused_virtual()
+        if isinstance(exc, EgressRefused):
+            return _Answer(403, "egress_refused", str(exc))
+        if isinstance(exc, CallLimitReached):
+            return _Answer(403, "limit_reached", str(exc))
+        if isinstance(exc, DoorUnavailable):
+            return _Answer(502, "door_unavailable", str(exc))
+        if isinstance(exc, httpx.TransportError):
+            callee = exact_virtual_name(url.host)
+            if callee is not None and callee in view.callees:
+                return _Answer(502, "door_unavailable",
+                               f"the door of member {callee!r} cannot be reached "
+                               f"({type(exc).__name__})")
+            return _Answer(502, "upstream_unavailable",
+                           f"{_authority(url)} cannot be reached: "
+                           f"{type(exc).__name__}: {exc}")
+        # A hook's or directory's bug: logged, scrubbed.
+        _log.error("forward proxy: a request failed: %s: %s", type(exc).__name__,
+                   view.scrub(str(exc)))
+        return _Answer(500, "proxy_error", "the forward proxy failed; the member's log says why")
+
+
+class _Deadline:
+    """A read's deadline: past it, the reading task is cancelled and :meth:`passed` says
+    so (the read then answers 408). ``asyncio.timeout`` does the same with a dozen
+    Python calls a read; this timer is one call of the loop's, on every request."""
+
+    __slots__ = ("_handle", "_passed", "_task")
+
+    def __init__(self, seconds: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = task.get_loop()
+        self._task = task
+        self._passed = False
+        self._handle = loop.call_at(loop.time() + seconds, self._expire)
+
+    def _expire(self) -> None:
+        self._passed = True
+        self._task.cancel()
+
+    def passed(self) -> bool:
+        """Whether the deadline cancelled the read (then the cancellation is undone)."""
+        if self._passed:
+            self._task.uncancel()
+        return self._passed
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 # --------------------------------------------------------------------------------------

@@ -4,19 +4,28 @@ arrives, with its framing made anew for the agent's connection.
 In order: the answer's headers as the agent gets them (hop-by-hop, every ``Proxy-*``
 and the framing are never forwarded), minus a redirect's ``Location`` that leads to
 ``formation.invalid``; the framing (``Content-Length`` as received, else chunked for an
-HTTP/1.1 agent, else the close); :func:`relay`, which writes the answer and says whether
-the connection may carry another request.
+HTTP/1.1 agent, else the close); :func:`relay`, which writes an answer httpx read and
+says whether the connection may carry another request; :func:`relay_hop`, the same for
+an answer a member's door gave the proxy's own hop (``door_hop``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Final
 
 import httpx
 
+from gateway.proxy.door_hop import (
+    AnswerHead,
+    DoorConnection,
+    DoorConnections,
+    HopFailed,
+    body_chunks,
+)
 from gateway.proxy.formation_headers import HOP_BY_HOP
 from gateway.proxy.forward_request import PROXY_PREFIX as _PROXY_PREFIX
 from gateway.proxy.forward_request import RequestHead
@@ -28,6 +37,8 @@ _RESPONSE_DROPPED: Final = frozenset(name.encode() for name in HOP_BY_HOP | {"co
 _HEAD: Final = b"HEAD"
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
+#: A sized body up to this many bytes is read whole and written with its head.
+_WHOLE: Final = 64 * 1024
 
 
 def _answer_headers(raw: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bytes | None]:
@@ -77,7 +88,7 @@ def _leads_to_formation(base: httpx.URL, location: bytes) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Framing:
+class Framing:
     """How an answer's body goes to the agent."""
 
     head: bytes                     # status line and headers, the empty line included
@@ -87,13 +98,15 @@ class _Framing:
     keep_alive: bool
 
 
-def _framing(response: httpx.Response, url: httpx.URL, head: RequestHead,
-             keep_alive: bool) -> _Framing:
-    status = response.status_code
-    raw = response.headers.raw
+def answer_framing(status: int, reason: bytes, raw: list[tuple[bytes, bytes]],
+                   url: Callable[[], httpx.URL], head: RequestHead,
+                   keep_alive: bool) -> Framing:
+    """How an answer (``status``, ``reason``, the headers ``raw``) to the request
+    ``head`` goes to the agent; ``url()`` gives the request's URL, which a redirect's
+    ``Location`` is read against (asked for a redirect only)."""
     removed = False
     if status in _REDIRECT_STATUSES:
-        kept = _without_virtual_location(raw, url)
+        kept = _without_virtual_location(raw, url())
         removed, raw = len(kept) != len(raw), kept
     lines, length = _answer_headers(raw)
     if removed:  # said, so a murmur-aware client can raise what it raised in-process
@@ -109,8 +122,8 @@ def _framing(response: httpx.Response, url: httpx.URL, head: RequestHead,
         keep_alive = False                  # HTTP/1.0 without a length: the close ends it
     if not keep_alive:
         lines.append(b"Connection: close\r\n")
-    reason = response.extensions.get("reason_phrase") or _phrase(status)
-    return _Framing(b"HTTP/1.1 %d %s\r\n%s\r\n" % (status, reason, b"".join(lines)),
+    return Framing(b"HTTP/1.1 %d %s\r\n%s\r\n" % (status, reason or _phrase(status),
+                                                     b"".join(lines)),
                     None if length is None else int(length), chunked, bodiless, keep_alive)
 
 
@@ -123,7 +136,9 @@ async def relay(response: httpx.Response, url: httpx.URL, head: RequestHead,
     body's first bytes nearly always came with the head, and one write spares the agent
     a wakeup. Any other head (a stream, SSE) is written at once.
     """
-    framing = _framing(response, url, head, keep_alive)
+    framing = answer_framing(response.status_code,
+                             response.extensions.get("reason_phrase") or b"",
+                             response.headers.raw, lambda: url, head, keep_alive)
     pending = framing.head
     if framing.bodiless or not framing.length:
         writer.write(pending)
@@ -155,3 +170,51 @@ def _phrase(status: int) -> bytes:
     except ValueError:
         return b"Unknown"
 
+
+
+async def relay_hop(doors: DoorConnections, connection: DoorConnection, answer: AnswerHead,
+                    url: Callable[[], httpx.URL], head: RequestHead,
+                    writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
+    """Write a door's ``answer``, read on ``connection`` (the forward proxy's hop), to
+    the agent as it arrives; whether the agent's connection may carry another request.
+    The door's connection goes back to ``doors`` when its answer was read to the end,
+    and is closed otherwise.
+
+    A sized body of up to 64 KiB (nearly every answer) is read whole and goes with the
+    head in one write; it raises :class:`HopFailed` when it ends short, before anything
+    was written (the caller answers 502). Any other body (a stream, SSE) follows its
+    head chunk by chunk, as :func:`relay` sends it.
+    """
+    framing = answer_framing(answer.status, answer.reason, answer.headers, url, head,
+                             keep_alive)
+    reader = connection.reader
+    finished = False
+    try:
+        if head.method == _HEAD or answer.status in _NO_BODY_STATUSES:
+            writer.write(framing.head)
+        elif answer.length is not None and answer.length <= _WHOLE:
+            try:
+                body = await reader.readexactly(answer.length) if answer.length else b""
+            except (asyncio.IncompleteReadError, OSError):
+                raise HopFailed("RemoteProtocolError") from None
+            writer.write(framing.head + body)
+        else:
+            writer.write(framing.head)
+            try:
+                async for chunk in body_chunks(reader, answer):
+                    if chunk and not framing.bodiless:
+                        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                                     if framing.chunked else chunk)
+                        await writer.drain()    # each chunk goes now: an SSE event is one
+            except HopFailed:
+                return False                    # cut mid-body: the close tells the agent
+            if framing.chunked:
+                writer.write(b"0\r\n\r\n")
+        finished = not answer.close
+    finally:
+        if finished:
+            doors.release(connection)
+        else:
+            doors.discard(connection)
+    await writer.drain()
+    return framing.keep_alive

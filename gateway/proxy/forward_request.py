@@ -6,7 +6,8 @@ In order:
 1. :class:`ForwardAnswer`, an answer the proxy gives itself, marked ``Proxy-Status: murmur;
    error=<code>``, and the few that several parts of the proxy give;
 2. the request head, parsed by :func:`parse_head`, a small strict parser (h11 costs
-   about 65 us a request, this a few: the proxy is on every call an agent makes);
+   about 65 us a request, this a few: the proxy is on every call an agent makes) whose
+   header lines ``http_head`` reads;
 3. the body, framed by ``Content-Length`` or chunked and read under its size bound
    (:func:`body_length`, :func:`read_chunked`);
 4. the request ``FormationTransport`` gets: the target URL, checked as text
@@ -30,6 +31,7 @@ import httpx
 
 from gateway.errors import GatewayError
 from gateway.proxy.formation_headers import HOP_BY_HOP
+from gateway.proxy.http_head import MalformedHead, head_lines
 from gateway.proxy.proxy_errors import FormationRefused
 from gateway.proxy.virtual_names import check_raw_url, names_formation
 
@@ -77,10 +79,8 @@ def refused_virtual() -> ForwardAnswer:
 
 _TOKEN: Final = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _REQUEST_LINE: Final = re.compile(rb"(" + _TOKEN + rb") ([\x21-\x7e]+) HTTP/1\.([01])")
-_HEADER_LINE: Final = re.compile(rb"(" + _TOKEN + rb"):[ \t]*(.*?)[ \t]*", re.DOTALL)
-#: Control characters other than HTAB; CR and LF inside a line mean a bare line break.
-_BAD_VALUE: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _NONE: Final[list[bytes]] = []                # the values of an absent header (never changed)
+_NO_NAMES: Final[frozenset[bytes]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +95,12 @@ class RequestHead:
     headers: list[tuple[bytes, bytes]]
     keys: list[bytes]
     index: dict[bytes, list[bytes]]
+    #: The names ``Connection`` lists (``close``, ``keep-alive``, headers to drop).
+    named: frozenset[bytes]
 
     def values(self, key: bytes) -> list[bytes]:
         return self.index.get(key, _NONE)
 
-    def connection_tokens(self) -> set[bytes]:
-        """The names ``Connection`` lists (``close``, ``keep-alive``, headers to drop)."""
-        return {token.strip().lower().replace(b"_", b"-")
-                for value in self.values(b"connection") for token in value.split(b",")}
 
 
 def parse_head(data: bytes) -> RequestHead:
@@ -113,24 +111,26 @@ def parse_head(data: bytes) -> RequestHead:
     ``HTTP/1.1``, token header names with no space before the colon, no line folding,
     no control characters in a value.
     """
-    lines = data.removeprefix(b"\r\n").split(b"\r\n")
-    request_line = _REQUEST_LINE.fullmatch(lines[0])
+    try:
+        first, headers, keys = head_lines(data.removeprefix(b"\r\n"))
+    except MalformedHead:
+        raise bad_request("a header line is malformed") from None
+    request_line = _REQUEST_LINE.fullmatch(first)
     if request_line is None:
         raise bad_request("the request line is not 'METHOD target HTTP/1.1'")
-    headers: list[tuple[bytes, bytes]] = []
-    keys: list[bytes] = []
     index: dict[bytes, list[bytes]] = {}
-    for line in lines[1:]:
-        header = _HEADER_LINE.fullmatch(line)
-        if header is None or _BAD_VALUE.search(header[2]) is not None:
-            raise bad_request("a header line is malformed")
-        name, value = header[1], header[2]
-        key = name.lower().replace(b"_", b"-")
-        headers.append((name, value))
-        keys.append(key)
-        index.setdefault(key, []).append(value)
+    for key, (_, value) in zip(keys, headers, strict=True):
+        values = index.get(key)
+        if values is None:
+            index[key] = [value]
+        else:
+            values.append(value)
+    connection = index.get(b"connection")
+    named = _NO_NAMES if connection is None else frozenset(
+        token.strip().lower().replace(b"_", b"-")
+        for value in connection for token in value.split(b","))
     return RequestHead(request_line[1], request_line[2], int(request_line[3]), headers, keys,
-                       index)
+                       index, named)
 
 
 # --------------------------------------------------------------------------------------
@@ -210,8 +210,8 @@ TASK_HEADER: Final = b"proxy-murmur-task"
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 
 
-def _forwarded(head: RequestHead) -> list[tuple[bytes, bytes]]:
-    named = head.connection_tokens()
+def forwarded_to_target(head: RequestHead) -> list[tuple[bytes, bytes]]:
+    named = head.named
     return [header for key, header in zip(head.keys, head.headers, strict=True)
             if key not in _REQUEST_DROPPED and not key.startswith(PROXY_PREFIX)
             and key not in named]
@@ -243,7 +243,7 @@ def transport_request(head: RequestHead, url: httpx.URL, body: bytes,
     ``Host`` from the target, and ``Content-Length`` as httpx itself would set it
     (built from a stream, which skips httpx's header defaults: a third of the cost)."""
     method = head.method.decode("ascii")
-    headers = [(b"Host", url.netloc), *_forwarded(head)]
+    headers = [(b"Host", url.netloc), *forwarded_to_target(head)]
     if body or method in _BODY_METHODS:
         headers.append((b"Content-Length", b"%d" % len(body)))
     return httpx.Request(method, url, headers=headers, stream=httpx.ByteStream(body),
