@@ -57,6 +57,7 @@ class AnswerHead:
     status: int
     reason: bytes
     headers: list[tuple[bytes, bytes]]
+    keys: list[bytes]               # each header's name as compared
     length: int | None              # Content-Length, when the body is sized
     chunked: bool
     close: bool                     # the door ends the connection after this answer
@@ -89,7 +90,7 @@ def parse_answer_head(data: bytes) -> AnswerHead:
     if len(lengths) > 1 or (lengths and not (lengths[0].isdigit() and len(lengths[0]) < 19)):
         raise HopFailed("RemoteProtocolError")
     close = minor == 0 or any(b"close" in value for value in connection)
-    return AnswerHead(minor, int(status_line[2]), status_line[3] or b"", headers,
+    return AnswerHead(minor, int(status_line[2]), status_line[3] or b"", headers, keys,
                       int(lengths[0]) if lengths else None, chunked, close)
 
 

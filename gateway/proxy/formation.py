@@ -363,12 +363,13 @@ class FormationTransport(httpx.AsyncBaseTransport):
         return response
 
     def _stamped(self, callee: str, door: _Door, method: str, path: str, url_text: str,
-                 raw: list[tuple[bytes, bytes]], body: bytes,
-                 request: httpx.Request | None) -> list[tuple[bytes, bytes]]:
-        """Step 4: the component's headers stripped (``raw``), then the bounds spent and
-        the call hook told (``url_text``: the virtual URL), then the stamps."""
+                 raw: list[tuple[bytes, bytes]], body: bytes, request: httpx.Request | None,
+                 keys: list[bytes] | None = None) -> list[tuple[bytes, bytes]]:
+        """Step 4: the component's headers stripped (``raw``, with their ``keys`` when
+        read already), then the bounds spent and the call hook told (``url_text``: the
+        virtual URL), then the stamps."""
         shared = self._shared
-        headers = _forwarded_headers(raw)
+        headers = _forwarded_headers(raw, keys)
         bounds = shared.bounds
         if bounds is not None:      # a version 2 roster: the member's calls and depth
             bounds.spend(method, path, body, request)
@@ -411,8 +412,8 @@ class FormationTransport(httpx.AsyncBaseTransport):
             return None
         return VirtualTarget(name, str(url), url.path, url.raw_path)
 
-    def member_hop(self, target: VirtualTarget, method: str,
-                   raw: list[tuple[bytes, bytes]], body: bytes) -> MemberHop | None:
+    def member_hop(self, target: VirtualTarget, method: str, raw: list[tuple[bytes, bytes]],
+                   body: bytes, keys: list[bytes] | None = None) -> MemberHop | None:
         """Steps 2 to 4 of a request to ``target`` as the bytes of its head, for a caller
         that writes them to the door itself (the forward proxy); then it reports the
         answer with :meth:`call_answered` or :meth:`call_unreachable`.
@@ -420,12 +421,13 @@ class FormationTransport(httpx.AsyncBaseTransport):
         ``None`` while the callee's door is not known yet, or when the grant does not
         reach it: the httpx way (:meth:`handle_async_request`) then waits for the door,
         or refuses, as it does for every component. Raises what step 4 raises
-        (:class:`CallLimitReached`)."""
+        (:class:`CallLimitReached`). ``keys``: the names of ``raw`` as
+        :func:`~gateway.proxy.formation_headers.header_key` reads them, when known."""
         door = self._shared.known.get(target.callee)
         if door is None or not door.allowed:
             return None
         headers = self._stamped(target.callee, door, method, target.path, target.text, raw,
-                                body, None)
+                                body, None, keys)
         lines = [b"%s %s%s HTTP/1.1\r\n" % (method.encode("ascii"), door.prefix,
                                               target.raw_path)]
         lines += [name + b": " + value + b"\r\n" for name, value in headers]

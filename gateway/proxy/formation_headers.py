@@ -48,11 +48,14 @@ _RUNTIME_PREFIX_BYTES: Final = RUNTIME_HEADER_PREFIX.encode("ascii")
 _CONNECTION_NAMES: Final = (b"connection", b"proxy-connection")
 
 
-def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+def forwarded_headers(raw: list[tuple[bytes, bytes]], keys: list[bytes] | None = None
+                      ) -> list[tuple[bytes, bytes]]:
     """The component's headers minus ``Authorization``, the ``x-murmur-`` namespace,
     hop-by-hop headers, every header a ``Connection`` header names, and the framing and
-    ``Host`` headers the transport sets itself."""
-    keys = [header_key(name) for name, _ in raw]
+    ``Host`` headers the transport sets itself. ``keys``: each header's name as
+    :func:`header_key` reads it, when the caller has them."""
+    if keys is None:
+        keys = [header_key(name) for name, _ in raw]
     named: set[bytes] = set()
     for key, (_, value) in zip(keys, raw, strict=True):
         if key in _CONNECTION_NAMES:

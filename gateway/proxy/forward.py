@@ -318,8 +318,8 @@ class ForwardProxy:
         view = self._view(task)
         calling = CALLING_TASK.set(task[0] if task is not None else None)
         try:
-            hop = view.member_hop(virtual, head.method.decode("ascii"), _forwarded_to_target(head),
-                                   body)
+            headers, keys = _forwarded_to_target(head)
+            hop = view.member_hop(virtual, head.method.decode("ascii"), headers, body, keys)
         except Exception as exc:  # noqa: BLE001 - mapped to the agent's answer
             raise self._failure(exc, view, url) from None
         finally:

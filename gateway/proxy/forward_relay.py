@@ -41,10 +41,13 @@ _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 _WHOLE: Final = 64 * 1024
 
 
-def _answer_headers(raw: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bytes | None]:
+def _answer_headers(raw: list[tuple[bytes, bytes]], keys: list[bytes] | None = None
+                    ) -> tuple[list[bytes], bytes | None]:
     """A response's headers as header lines for the agent, and its one valid
-    ``Content-Length`` (``None``: absent, several, or beside a Transfer-Encoding)."""
-    keys = [name.lower().replace(b"_", b"-") for name, _ in raw]
+    ``Content-Length`` (``None``: absent, several, or beside a Transfer-Encoding).
+    ``keys``: each header's name as compared, when the caller read them already."""
+    if keys is None:
+        keys = [name.lower().replace(b"_", b"-") for name, _ in raw]
     named: set[bytes] = set()
     lengths: list[bytes] = []
     coded = False
@@ -100,15 +103,17 @@ class Framing:
 
 def answer_framing(status: int, reason: bytes, raw: list[tuple[bytes, bytes]],
                    url: Callable[[], httpx.URL], head: RequestHead,
-                   keep_alive: bool) -> Framing:
-    """How an answer (``status``, ``reason``, the headers ``raw``) to the request
-    ``head`` goes to the agent; ``url()`` gives the request's URL, which a redirect's
-    ``Location`` is read against (asked for a redirect only)."""
+                   keep_alive: bool, keys: list[bytes] | None = None) -> Framing:
+    """How an answer (``status``, ``reason``, the headers ``raw`` and, when read
+    already, their ``keys``) to the request ``head`` goes to the agent; ``url()`` gives
+    the request's URL, which a redirect's ``Location`` is read against (asked for a
+    redirect only)."""
     removed = False
     if status in _REDIRECT_STATUSES:
         kept = _without_virtual_location(raw, url())
         removed, raw = len(kept) != len(raw), kept
-    lines, length = _answer_headers(raw)
+        keys = None
+    lines, length = _answer_headers(raw, keys)
     if removed:  # said, so a murmur-aware client can raise what it raised in-process
         lines.append(b"Proxy-Status: murmur; error=formation_refused\r\n")
     bodiless = head.method == _HEAD or status < 200 or status in _NO_BODY_STATUSES
@@ -186,7 +191,7 @@ async def relay_hop(doors: DoorConnections, connection: DoorConnection, answer: 
     head chunk by chunk, as :func:`relay` sends it.
     """
     framing = answer_framing(answer.status, answer.reason, answer.headers, url, head,
-                             keep_alive)
+                             keep_alive, answer.keys)
     reader = connection.reader
     finished = False
     try:

@@ -210,11 +210,13 @@ TASK_HEADER: Final = b"proxy-murmur-task"
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 
 
-def forwarded_to_target(head: RequestHead) -> list[tuple[bytes, bytes]]:
+def forwarded_to_target(head: RequestHead) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
+    """The agent's headers a target gets (see ``_REQUEST_DROPPED``), and their keys."""
     named = head.named
-    return [header for key, header in zip(head.keys, head.headers, strict=True)
+    kept = [(key, header) for key, header in zip(head.keys, head.headers, strict=True)
             if key not in _REQUEST_DROPPED and not key.startswith(PROXY_PREFIX)
             and key not in named]
+    return [header for _, header in kept], [key for key, _ in kept]
 
 
 def target_url(target: str) -> httpx.URL:
@@ -243,7 +245,7 @@ def transport_request(head: RequestHead, url: httpx.URL, body: bytes,
     ``Host`` from the target, and ``Content-Length`` as httpx itself would set it
     (built from a stream, which skips httpx's header defaults: a third of the cost)."""
     method = head.method.decode("ascii")
-    headers = [(b"Host", url.netloc), *forwarded_to_target(head)]
+    headers = [(b"Host", url.netloc), *forwarded_to_target(head)[0]]
     if body or method in _BODY_METHODS:
         headers.append((b"Content-Length", b"%d" % len(body)))
     return httpx.Request(method, url, headers=headers, stream=httpx.ByteStream(body),
