@@ -31,6 +31,10 @@ raises on purpose with one ``except``, and the tree (as httpx draws its own):
     │                                 gives itself (Proxy-Status: murmur)
     ├── PushRefused ................. push.delivery: a webhook the door will not send to
     │                                 (off the allow-list, resolving inside, a redirect)
+    ├── MalformedHead ............... proxy.http_head: a head the forward proxy will not
+    │                                 read (also a ValueError)
+    ├── HopFailed ................... proxy.door_hop: the forward proxy's hop could not
+    │                                 reach a door or read its answer
     └── ProxyError .................. proxy.proxy_errors: the formation proxy refused or
         │                             could not reach (also an httpx.TransportError,
         │                             so an httpx caller sees a transport failure)

@@ -25,13 +25,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Final
 
+from gateway.errors import GatewayError
 from gateway.proxy.http_head import MalformedHead, head_lines
 
 # --------------------------------------------------------------------------------------
 # 1. Failures
 
 
-class HopFailed(Exception):
+class HopFailed(GatewayError):
     """The door could not be reached, or its answer could not be read. ``kind`` is the
     httpx exception's name for the same failure."""
 
@@ -205,7 +206,7 @@ class DoorConnections:
             raise
 
 
-class _ClosedBeforeAnswer(Exception):
+class _ClosedBeforeAnswer(GatewayError):
     """A kept-alive connection the door had closed: not one byte of an answer came."""
 
 

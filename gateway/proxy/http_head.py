@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from gateway.errors import GatewayError
+
 _CONTROL: Final = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 #: Names seen, by the key they compare as; bounded (clients repeat a few names).
@@ -29,7 +31,7 @@ _KEYS_KEPT: Final = 512
 _SPACES: Final = b" \t"
 
 
-class MalformedHead(ValueError):
+class MalformedHead(GatewayError, ValueError):
     """The head breaks one of the rules in the module text."""
 
 
