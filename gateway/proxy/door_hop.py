@@ -62,6 +62,7 @@ class AnswerHead:
     length: int | None              # Content-Length, when the body is sized
     chunked: bool
     close: bool                     # the door ends the connection after this answer
+    raw: bytes                      # the head as it came, its final empty line included
 
 
 def parse_answer_head(data: bytes) -> AnswerHead:
@@ -92,7 +93,7 @@ def parse_answer_head(data: bytes) -> AnswerHead:
         raise HopFailed("RemoteProtocolError")
     close = minor == 0 or any(b"close" in value for value in connection)
     return AnswerHead(minor, int(status_line[2]), status_line[3] or b"", headers, keys,
-                      int(lengths[0]) if lengths else None, chunked, close)
+                      int(lengths[0]) if lengths else None, chunked, close, data + b"\r\n\r\n")
 
 
 # --------------------------------------------------------------------------------------

@@ -134,6 +134,8 @@ class _Door:
     #: Real URLs by virtual raw path (``/`` and a few more): parsing a URL costs more
     #: than the rest of the hop together.
     urls: dict[bytes, httpx.URL]
+    #: The stamps as header lines, by trust (trusted or not), for the hop in bytes.
+    stamp_lines: dict[bool, bytes]
 
     def real_url(self, raw_path: bytes) -> httpx.URL:
         url = self.urls.get(raw_path)
@@ -365,9 +367,21 @@ class FormationTransport(httpx.AsyncBaseTransport):
     def _stamped(self, callee: str, door: _Door, method: str, path: str, url_text: str,
                  raw: list[tuple[bytes, bytes]], body: bytes, request: httpx.Request | None,
                  keys: list[bytes] | None = None) -> list[tuple[bytes, bytes]]:
-        """Step 4: the component's headers stripped (``raw``, with their ``keys`` when
-        read already), then the bounds spent and the call hook told (``url_text``: the
-        virtual URL), then the stamps."""
+        """Step 4: :meth:`_call_headers`, then the stamps (:meth:`_stamps`)."""
+        headers = self._call_headers(callee, method, path, url_text, raw, body, request, keys)
+        if body or method in _BODY_METHODS:
+            headers.append((b"Content-Length", str(len(body)).encode("ascii")))
+        headers += self._stamps(callee, door, self._trust() == TRUSTED)
+        return headers
+
+    def _call_headers(self, callee: str, method: str, path: str, url_text: str,
+                      raw: list[tuple[bytes, bytes]], body: bytes,
+                      request: httpx.Request | None,
+                      keys: list[bytes] | None) -> list[tuple[bytes, bytes]]:
+        """The component's headers stripped (``raw``, with their ``keys`` when read
+        already), then the bounds spent (and the depth added), then the call hook told
+        (``url_text``: the virtual URL) and its ``traceparent`` put in the component's
+        place."""
         shared = self._shared
         headers = _forwarded_headers(raw, keys)
         bounds = shared.bounds
@@ -381,13 +395,13 @@ class FormationTransport(httpx.AsyncBaseTransport):
             headers = [header for header in headers
                        if _header_key(header[0]) not in _TRACE_HEADERS]
             headers.append((_TRACEPARENT, trace_parent))
-        headers.append((b"Host", door.host))
-        if body or method in _BODY_METHODS:
-            headers.append((b"Content-Length", str(len(body)).encode("ascii")))
-        trust = b"trusted" if self._trust() == TRUSTED else b"untrusted"
-        headers += [(b"Authorization", shared.authorizations[callee]),
-                    (_ORIGIN_HEADER, b"peer"), (_TRUST_HEADER, trust)]
         return headers
+
+    def _stamps(self, callee: str, door: _Door, trusted: bool) -> list[tuple[bytes, bytes]]:
+        """What every call to ``callee`` carries: the door's ``Host``, the token, the
+        origin and the trust class."""
+        return [(b"Host", door.host), (b"Authorization", self._shared.authorizations[callee]),
+                (_ORIGIN_HEADER, b"peer"), (_TRUST_HEADER, b"trusted" if trusted else b"untrusted")]
 
     def call_answered(self, callee: str, status: int, started: float) -> None:
         """Count a request to ``callee`` that its door answered with ``status``;
@@ -426,12 +440,20 @@ class FormationTransport(httpx.AsyncBaseTransport):
         door = self._shared.known.get(target.callee)
         if door is None or not door.allowed:
             return None
-        headers = self._stamped(target.callee, door, method, target.path, target.text, raw,
-                                body, None, keys)
+        headers = self._call_headers(target.callee, method, target.path, target.text, raw,
+                                     body, None, keys)
+        trusted = self._trust() == TRUSTED
+        stamps = door.stamp_lines.get(trusted)
+        if stamps is None:      # the same few lines on every call: made once a door
+            stamps = door.stamp_lines[trusted] = b"".join(
+                name + b": " + value + b"\r\n"
+                for name, value in self._stamps(target.callee, door, trusted))
         lines = [b"%s %s%s HTTP/1.1\r\n" % (method.encode("ascii"), door.prefix,
                                               target.raw_path)]
         lines += [name + b": " + value + b"\r\n" for name, value in headers]
-        lines.append(b"\r\n")
+        if body or method in _BODY_METHODS:
+            lines.append(b"Content-Length: %d\r\n" % len(body))
+        lines += [stamps, b"\r\n"]
         return MemberHop(door.address, b"".join(lines), time.perf_counter())
 
     def doors_moved(self, callees: Iterable[str]) -> None:
@@ -459,7 +481,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
             door = _Door(url=url, host=url.netloc,
                          address=(url.host, url.port or _default_port(url.scheme) or 80),
                          prefix=url.raw_path.split(b"?")[0].rstrip(b"/"),
-                         allowed=shared.allow.allows(url), urls={})
+                         allowed=shared.allow.allows(url), urls={}, stamp_lines={})
             shared.addresses.add(callee, url)
             shared.known[callee] = door
         return door

@@ -39,6 +39,11 @@ _NO_BODY_STATUSES: Final = frozenset({204, 304})
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 #: A sized body up to this many bytes is read whole and written with its head.
 _WHOLE: Final = 64 * 1024
+#: The names a door's answer head may carry to go to the agent as it came: none is
+#: hop-by-hop, a Proxy-* header, framing to make anew, or a Location to read.
+_AS_IT_CAME: Final = frozenset({b"date", b"server", b"content-type", b"content-length",
+                                b"cache-control", b"vary", b"a2a-version",
+                                b"x-content-type-options", b"traceparent"})
 
 
 def _answer_headers(raw: list[tuple[bytes, bytes]], keys: list[bytes] | None = None
@@ -190,9 +195,13 @@ async def relay_hop(doors: DoorConnections, connection: DoorConnection, answer: 
     was written (the caller answers 502). Any other body (a stream, SSE) follows its
     head chunk by chunk, as :func:`relay` sends it.
     """
+    reader = connection.reader
+    if (keep_alive and answer.length is not None and answer.length <= _WHOLE
+            and answer.minor == 1 and _AS_IT_CAME.issuperset(answer.keys)
+            and answer.status not in _REDIRECT_STATUSES and head.method != _HEAD):
+        return await _relay_as_it_came(doors, connection, answer, writer)
     framing = answer_framing(answer.status, answer.reason, answer.headers, url, head,
                              keep_alive, answer.keys)
-    reader = connection.reader
     finished = False
     try:
         if head.method == _HEAD or answer.status in _NO_BODY_STATUSES:
@@ -223,3 +232,22 @@ async def relay_hop(doors: DoorConnections, connection: DoorConnection, answer: 
             doors.discard(connection)
     await writer.drain()
     return framing.keep_alive
+
+
+async def _relay_as_it_came(doors: DoorConnections, connection: DoorConnection,
+                            answer: AnswerHead, writer: asyncio.StreamWriter) -> bool:
+    """A door's sized answer whose head carries nothing to drop or make anew (only
+    ``_AS_IT_CAME`` names), to a request that keeps its connection: head and body go to
+    the agent in one write, the head as the door wrote it."""
+    try:
+        body = await connection.reader.readexactly(answer.length) if answer.length else b""
+    except (asyncio.IncompleteReadError, OSError):
+        doors.discard(connection)
+        raise HopFailed("RemoteProtocolError") from None
+    if answer.close:
+        doors.discard(connection)
+    else:
+        doors.release(connection)
+    writer.write(answer.raw + body)
+    await writer.drain()
+    return True
