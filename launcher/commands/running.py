@@ -112,8 +112,12 @@ def _run(args: argparse.Namespace) -> int:
         from launcher.formation.detach import detach
         return detach(args)
     if args.roster:
-        from launcher.formation import launch
-        return launch.main(args)
+        # The member template imports a member's modules while this process imports the
+        # launcher's and admits the roster (launcher/formation/early_template.py).
+        from launcher.formation.early_template import EarlyTemplate
+        with EarlyTemplate.for_launch(args.isolation, bool(args.json)) as early:
+            from launcher.formation import launch
+            return launch.main(args, early)
     if args.detach:
         print("mur run: --detach is taken with --roster (a member runs in the foreground; "
               "start a formation of one to run it in the background)", file=sys.stderr)

@@ -52,13 +52,9 @@ from launcher.admission.sources import (
 from launcher.diagnostics import DiagnosticError, diagnostic
 from launcher.durations import format_deadline, parse_deadline
 from launcher.formation import printing
+from launcher.formation.early_template import EarlyTemplate, launch_environment, template_env
 from launcher.formation.ending import FormationEnd, end_members, exit_code, run_retention
-from launcher.formation.members import (
-    LaunchedMember,
-    close_quietly,
-    start_member,
-    template_env,
-)
+from launcher.formation.members import LaunchedMember, close_quietly, start_member
 from launcher.formation.output import formation_line
 from launcher.formation.printing import copy_result, refuse, report, say, show_formation_line
 from launcher.formation.progress import note_while_waiting
@@ -118,18 +114,19 @@ def resolve_task(task: str) -> str:
     return task
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, early: EarlyTemplate | None = None) -> int:
     """``mur run --roster``; the exit status. With ``--json``, a launch refused before
-    its formation line prints the one JSON failure object on stdout."""
+    its formation line prints the one JSON failure object on stdout. ``early``: the
+    member template ``mur run`` began before it imported this module."""
     forbid_inspection()  # before the key is minted (docs/isolation.md)
     printing.begin()
-    status = _launch(args)
+    status = _launch(args, early)
     if args.json:
         printing.show_failure(status)
     return status
 
 
-def _launch(args: argparse.Namespace) -> int:
+def _launch(args: argparse.Namespace, early: EarlyTemplate | None) -> int:
     if args.resume:
         return _usage("--roster cannot --resume a session: a formation is never resumed; "
                       "launch it again, as a new formation")
@@ -175,6 +172,18 @@ def _launch(args: argparse.Namespace) -> int:
             deadline = parse_deadline(args.deadline, started)
         except ValueError as exc:
             return _usage(str(exc))
+    environ = launch_environment(os.environ, isolation=isolation, json_mode=bool(args.json))
+    if early is None:                   # begun here, later than `mur run` begins it
+        with EarlyTemplate(environ) as begun:
+            return _admit_and_run(args, project, environ, publish, deadline, begun)
+    return _admit_and_run(args, project, environ, publish, deadline, early)
+
+
+def _admit_and_run(args: argparse.Namespace, project: Path, environ: dict[str, str],
+                   publish: Listener | None, deadline: datetime | None,
+                   early: EarlyTemplate) -> int:
+    """Admit the roster, then run the formation (the template is starting meanwhile)."""
+    isolation = environ[ISOLATION_ENV]
     try:
         if getattr(args, "rebuild", False):
             for name, source, changed in rebuild(project):
@@ -203,11 +212,9 @@ def _launch(args: argparse.Namespace) -> int:
                     *host_diagnostics(os.environ), *isolation_warnings,
                     *reach_warnings(admitted)]:
         report(warning)
-    # Members take the launcher's choice (and do not repeat its warning).
-    environ = {**os.environ, ISOLATION_ENV: isolation}
     launch = Launch(admitted, task=None if args.task is None else resolve_task(args.task),
                     deadline=deadline, json_mode=bool(args.json), environ=environ,
-                    publish=publish)
+                    publish=publish, template=early.take(environ))
     name_process(launcher_title(args.roster, launch.formation_id), "mur:launcher")
     try:
         return asyncio.run(launch.run())
@@ -221,7 +228,8 @@ class Launch:
 
     def __init__(self, admitted: AdmittedRoster, *, task: str | None,
                  deadline: datetime | None, json_mode: bool,
-                 environ: Mapping[str, str], publish: Listener | None = None) -> None:
+                 environ: Mapping[str, str], publish: Listener | None = None,
+                 template: MemberTemplate | TemplateFailed | None = None) -> None:
         self.admitted = admitted
         #: ``--publish``: the entry member's listener beyond loopback.
         self.publish = publish
@@ -241,6 +249,8 @@ class Launch:
         self._bounds = ReadyBounds(ready_seconds(self.environ))
         self._record = LauncherRecord(self.formation_id, admitted)
         self._template: MemberTemplate | None = None
+        #: A template begun before the launch (``EarlyTemplate``), until it is waited for.
+        self._early = template
         #: The traces' seals, once the formation directory exists (docs/audit.md).
         self._seals: FormationSeals | None = None
         #: Restarts of failed peers (docs/restarts.md), and the sessions they ended.
@@ -622,10 +632,16 @@ class Launch:
 
     async def _start_template(self) -> MemberTemplate | None:
         """The member template (launcher/formation/template.py), exec'd while the
-        launcher holds no token yet; None where it cannot start (members are exec'd)."""
-        if self.environ.get(ARGV_PREFIX_ENV):
-            return None
+        launcher holds no token yet (or begun before the launch, and waited for now);
+        None where it cannot start (members are exec'd)."""
+        early, self._early = self._early, None
         try:
+            if isinstance(early, TemplateFailed):
+                raise early
+            if early is not None:
+                return await asyncio.to_thread(early.wait_ready)
+            if self.environ.get(ARGV_PREFIX_ENV):
+                return None
             return await asyncio.to_thread(MemberTemplate.start, template_env(self.environ))
         except TemplateFailed as exc:
             say(f"[mur run] {exc}; starting each member afresh")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.auth.tokens import FormationKey
 from launcher.admission.roster import AdmittedMember
+from launcher.formation.early_template import template_env
 from launcher.formation.ready import Ready
 from launcher.home.paths import home
 from launcher.sandbox.hostcheck import mark_reported
@@ -34,8 +35,6 @@ from launcher.spawn.env_names import (
     FORMATION_ENV,
     HOME_ENV,
     LIFELINE_ENV,
-    PEERS_ENV,
-    READY_SECONDS_ENV,
     WORKDIR_ENV,
 )
 from launcher.spawn.process import (
@@ -49,12 +48,6 @@ from launcher.spawn.process import (
 
 if TYPE_CHECKING:
     from launcher.formation.template import MemberTemplate
-
-#: Variables of the launcher's own environment a member never inherits: the formation's
-#: are set afresh for each member, the test hooks stay with the launcher.
-_NOT_INHERITED = (FORMATION_ENV, CHANNEL_ENV, LIFELINE_ENV, PEERS_ENV, ARGV_PREFIX_ENV,
-                  READY_SECONDS_ENV)
-
 
 def mur_command(environ: Mapping[str, str]) -> list[str]:
     """How a member's ``mur`` is run: this interpreter's ``-m launcher.cli``, or the
@@ -75,15 +68,9 @@ def member_argv(member: AdmittedMember, *, project_dir: Path, deadline: str | No
     return argv + list(extra)
 
 
-def template_env(base: Mapping[str, str]) -> dict[str, str]:
-    """The member template's own environment: what every member inherits, without the
-    formation's variables (each member's come with its spawn)."""
-    return {name: value for name, value in base.items() if name not in _NOT_INHERITED}
-
-
 def member_env(base: Mapping[str, str], *, formation_id: str, channel_fd: int,
                lifeline_fd: int) -> dict[str, str]:
-    env = {name: value for name, value in base.items() if name not in _NOT_INHERITED}
+    env = template_env(base)
     # Members run in other directories: a relative MURMUR_HOME would name another home.
     env[HOME_ENV] = str(home())
     env[FORMATION_ENV] = formation_id

@@ -2,9 +2,11 @@
 warm interpreter per launch that forks each member runtime, so a formation pays the
 imports of a member once instead of once per member (docs/launcher.md).
 
-In order: :meth:`MemberTemplate.start` execs the template afresh (nothing of the
-launcher's memory in it) and waits for its ``ready``; :meth:`MemberTemplate.spawn` sends
-one member's argv, environment, directory and descriptors and returns a
+In order: :meth:`MemberTemplate.begin` execs the template afresh (nothing of the
+launcher's memory in it), as early in a launch as its environment is known, and
+:meth:`MemberTemplate.wait_ready` waits for its ``ready`` (``start`` does both);
+:meth:`MemberTemplate.spawn` sends one member's argv, environment, directory and
+descriptors and returns a
 :class:`ForkedMember`, which ``ManagedProcess`` drives as it drives a ``Popen``: its exit
 status comes from the template's ``exited`` message (the template is its parent), and
 everything else (signals, the group, ``pidfd`` waiting, pipes) works on its pid as on
@@ -92,6 +94,13 @@ class MemberTemplate:
     @classmethod
     def start(cls, environ: Mapping[str, str]) -> MemberTemplate:
         """Exec the template and wait for it to be ready; TemplateFailed otherwise."""
+        return cls.begin(environ).wait_ready()
+
+    @classmethod
+    def begin(cls, environ: Mapping[str, str]) -> MemberTemplate:
+        """Exec the template and return at once: it imports a member's modules while the
+        launcher goes on (admits the roster); :meth:`wait_ready` before the first spawn.
+        TemplateFailed when it cannot be exec'd."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = subprocess.Popen(  # noqa: S603 - our own module
@@ -103,12 +112,16 @@ class MemberTemplate:
             raise TemplateFailed(f"the member template cannot start: {exc}") from None
         finally:
             theirs.close()
-        template = cls(process, ours, environ)
-        message = template._receive(READY_SECONDS)
+        return cls(process, ours, environ)
+
+    def wait_ready(self) -> MemberTemplate:
+        """This template, once it said it is ready; TemplateFailed (and closed) when it
+        does not within ``READY_SECONDS``."""
+        message = self._receive(READY_SECONDS)
         if message is None or message.get("op") != "ready":
-            template.close()
+            self.close()
             raise TemplateFailed("the member template did not get ready")
-        return template
+        return self
 
     def spawn(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
               own_group: bool, stdin: int, stdout: int, stderr: int,
@@ -184,6 +197,16 @@ class MemberTemplate:
             return None
         message: dict[str, Any] = json.loads(data)
         return message
+
+    def abandon(self) -> None:
+        """End a template that forked nobody at once, ready or still importing (a refused
+        launch does not wait for its imports)."""
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        with contextlib.suppress(OSError):
+            self._process.kill()
+        self._process.wait(timeout=5)
 
     def close(self) -> None:
         """End the template (its members, if any are left, are handed to init)."""

@@ -148,3 +148,58 @@ def test_ps_names_each_member_and_the_launcher_as_what_they_are(
     shown = Path(f"/proc/{process.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     assert shown.startswith("mur run --roster ") and f"--formation {formation}" in shown, shown
     assert Path(f"/proc/{process.pid}/comm").read_text().strip() == "mur:launcher"
+
+
+# -- begun before the launch ------------------------------------------------------------
+
+def templates_of(home: str) -> list[int]:
+    """The member templates running with ``MURMUR_HOME=home`` in their environment."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"launcher.template" not in (entry / "cmdline").read_bytes():
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"MURMUR_HOME={home}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_launch_takes_the_template_begun_with_its_own_environment() -> None:
+    from launcher.formation.early_template import EarlyTemplate, launch_environment
+    from launcher.formation.template import MemberTemplate
+
+    environ = launch_environment(launcher_env(), isolation="off", json_mode=True)
+    with EarlyTemplate(environ) as early:
+        template = early.take(dict(environ))
+        assert isinstance(template, MemberTemplate)
+    assert not template.closed            # taken: the launch closes it, not the with
+    template.wait_ready()
+    template.close()
+
+
+def test_a_template_begun_with_another_environment_is_ended_not_used() -> None:
+    from launcher.formation.early_template import EarlyTemplate, launch_environment
+
+    environ = launch_environment(launcher_env(), isolation="off", json_mode=True)
+    home = environ["MURMUR_HOME"]
+    with EarlyTemplate(environ) as early:
+        assert templates_of(home) != []
+        assert early.take({**environ, "MURMUR_ISOLATION": "auto"}) is None
+    assert templates_of(home) == []
+
+
+def test_a_refused_launch_ends_the_template_it_began(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "roster.yaml").write_text("roster_version: 1\nmembers: [\n")   # no YAML
+    env = launcher_env()
+    process = start_launcher(project, "--task", "hi", env=env)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 1, err.decode()
+    assert b"E-ROS" in err
+    assert templates_of(env["MURMUR_HOME"]) == []
