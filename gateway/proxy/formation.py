@@ -332,8 +332,9 @@ class FormationTransport(httpx.AsyncBaseTransport):
             body = request.content              # built from bytes: read already
         except httpx.RequestNotRead:
             body = await request.aread()
-        headers = self._stamped(callee, door, request.method, request.url.path,
-                                str(request.url), raw, body, request)
+        url_text = "" if shared.on_call is None else str(request.url)  # for the hook only
+        headers = self._stamped(callee, door, request.method, request.url.path, url_text,
+                                raw, body, request)
         # ``timeout`` is the only request extension forwarded to the inner transport.
         # ``trace`` in particular is dropped: httpcore hands it the outgoing headers,
         # token included.
