@@ -58,6 +58,8 @@ UPSERT: Final = ("INSERT INTO tasks (id, context_id, owner, state, terminal, upd
 BOUND: Final = ("DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE terminal = 1 "
                 "ORDER BY updated_ns DESC LIMIT -1 OFFSET ?)")
 Row = tuple[Any, ...]
+#: One encoder for every row: ``json.dumps`` with separators makes a new one a call.
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"))
 Shipped = tuple[str, str, bool, int, dict[str, Any]]
 
 
@@ -103,10 +105,10 @@ def encode(shipped: Shipped) -> Row:
     in it redacted as the trace is (a message may quote one; no token in any file but
     ``operator.token``): every token shape holds one of the two words looked for."""
     task_id, owner, terminal, updated_ns, task = shipped
-    text = json.dumps(task, separators=(",", ":"))
+    text = _COMPACT.encode(task)
     if "mft1." in text or "bearer" in text.lower():
         task = redact_value(task)
-        text = json.dumps(task, separators=(",", ":"))
+        text = _COMPACT.encode(task)
     status = task.get("status")
     state = str(status.get("state", "")) if isinstance(status, dict) else ""
     return (task_id, str(task.get("contextId", "")), owner, state, 1 if terminal else 0,
