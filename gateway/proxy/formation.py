@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Protocol, Self
 
@@ -134,8 +134,9 @@ class _Door:
     #: Real URLs by virtual raw path (``/`` and a few more): parsing a URL costs more
     #: than the rest of the hop together.
     urls: dict[bytes, httpx.URL]
-    #: The stamps as header lines, by trust (trusted or not), for the hop in bytes.
-    stamp_lines: dict[bool, bytes]
+    #: The stamps as header lines, by trust (trusted or not), for the hop in bytes; the
+    #: token is in them, so no repr shows them.
+    stamp_lines: dict[bool, bytes] = field(repr=False)
 
     def real_url(self, raw_path: bytes) -> httpx.URL:
         url = self.urls.get(raw_path)
@@ -162,7 +163,9 @@ class MemberHop:
     """A request to a member, stamped, as bytes: where its door is, and its head."""
 
     address: tuple[str, int]
-    head: bytes                       # request line and headers, the empty line included
+    #: Request line and headers, the empty line included: the token is in it, so no
+    #: repr shows it.
+    head: bytes = field(repr=False)
     started: float                    # time.perf_counter() when it was stamped
 
 

@@ -359,6 +359,25 @@ async def test_a_door_that_went_away_is_a_502_and_the_next_call_tries_again() ->
         assert (await rig.raw(rig.request("/back"))).endswith(b"{}")
 
 
+async def test_token_leak_no_repr_of_a_hop_or_of_a_known_door_shows_the_token() -> None:
+    transport = FormationTransport(
+        Recording([]), tokens={"coder": TOKEN},
+        doors=Doors({"coder": "http://127.0.0.1:9"}), allow=["localhost"])
+    virtual = transport.virtual_target(httpx.URL("http://coder.formation.invalid/x"))
+    assert virtual is not None
+    assert transport.member_hop(virtual, "GET", [], b"") is None     # no door known yet
+    with pytest.raises(httpx.TransportError):   # learns the door, then cannot reach it
+        await transport.handle_async_request(
+            httpx.Request("GET", "http://coder.formation.invalid/x"))
+    hop = transport.member_hop(virtual, "GET", [], b"")
+    assert hop is not None and TOKEN.encode() in hop.head
+    assert TOKEN not in repr(hop)
+    door = transport._shared.known["coder"]     # the door keeps its stamp lines
+    assert any(TOKEN.encode() in lines for lines in door.stamp_lines.values())
+    assert TOKEN not in repr(door)
+    await transport.aclose()
+
+
 # -- the heads ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("head", [
