@@ -181,7 +181,6 @@ def _phrase(status: int) -> bytes:
         return b"Unknown"
 
 
-
 async def relay_hop(doors: DoorConnections, connection: DoorConnection, answer: AnswerHead,
                     url: Callable[[], httpx.URL], head: RequestHead,
                     writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
@@ -198,7 +197,8 @@ async def relay_hop(doors: DoorConnections, connection: DoorConnection, answer: 
     reader = connection.reader
     if (keep_alive and answer.length is not None and answer.length <= _WHOLE
             and answer.minor == 1 and _AS_IT_CAME.issuperset(answer.keys)
-            and answer.status not in _REDIRECT_STATUSES and head.method != _HEAD):
+            and answer.status not in _REDIRECT_STATUSES and head.method != _HEAD
+            and answer.status not in _NO_BODY_STATUSES):
         return await _relay_as_it_came(doors, connection, answer, writer)
     framing = answer_framing(answer.status, answer.reason, answer.headers, url, head,
                              keep_alive, answer.keys)

@@ -293,19 +293,23 @@ async def test_an_answer_that_ends_at_the_close_is_relayed_and_its_connection_dr
         assert rig.door.connections == 3                         # httpx's, then one each
 
 
-async def test_head_and_204_answers_carry_no_body_and_keep_the_connection() -> None:
+async def test_head_204_and_304_answers_carry_no_body_and_keep_the_connection() -> None:
     def script(head: bytes, _: bytes) -> list[bytes]:
         if head.startswith(b"HEAD"):
             return [b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"]
         if b"/empty" in head:
             return [b"HTTP/1.1 204 No Content\r\n\r\n"]
+        if b"/same" in head:            # a 304's Content-Length is no body's
+            return [b"HTTP/1.1 304 Not Modified\r\ncontent-length: 5\r\n\r\n"]
         return [SIZED]
 
     async with hop_rig(script) as rig:
         await rig.learn()
         answer = await rig.raw(rig.request("/h", body=b"", method="HEAD"),
-                               rig.request("/empty"), rig.request("/last"))
-        assert answer.count(b"HTTP/1.1 ") == 3
+                               rig.request("/empty"), rig.request("/same"),
+                               rig.request("/last"))
+        assert answer.count(b"HTTP/1.1 ") == 4
+        assert b"HTTP/1.1 304 Not Modified\r\n" in answer
         assert b"content-length: 5\r\n" in answer.lower()
         assert answer.endswith(b"{}")
         assert rig.door.connections == 2
