@@ -162,6 +162,20 @@ class DoorConnections:
                 self.discard(connection)
         self._idle.clear()
 
+    def _drop_closed(self) -> None:
+        """Close the idle connections their doors ended, of every door: a member that
+        was restarted has a new address, and nothing would take the old one's again."""
+        for address, idle in list(self._idle.items()):
+            alive = [connection for connection in idle
+                     if not connection.reader.at_eof() and not connection.writer.is_closing()]
+            for connection in idle:
+                if connection not in alive:
+                    self.discard(connection)
+            if alive:
+                self._idle[address] = alive
+            else:
+                del self._idle[address]
+
     def _take(self, address: tuple[str, int]) -> DoorConnection | None:
         idle = self._idle.get(address)
         while idle:
@@ -172,6 +186,7 @@ class DoorConnections:
         return None
 
     async def _open(self, address: tuple[str, int]) -> DoorConnection:
+        self._drop_closed()
         try:
             async with asyncio.timeout(self._connect_seconds):
                 reader, writer = await asyncio.open_connection(

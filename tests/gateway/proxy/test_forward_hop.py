@@ -382,6 +382,36 @@ async def test_token_leak_no_repr_of_a_hop_or_of_a_known_door_shows_the_token() 
     await transport.aclose()
 
 
+async def test_idle_connections_to_a_door_that_went_away_are_closed_at_the_next_open(
+        ) -> None:
+    from gateway.proxy.door_hop import DoorConnections
+
+    door = Door(sized)
+    server = await asyncio.start_server(door.serve, "127.0.0.1", 0)
+    address = ("127.0.0.1", server.sockets[0].getsockname()[1])
+    doors = DoorConnections(connect_seconds=STEP)
+    request = b"GET / HTTP/1.1\r\nHost: door\r\n\r\n"
+    connection, answer = await doors.send(address, request)
+    assert answer.status == 200 and await connection.reader.readexactly(2) == b"{}"
+    doors.release(connection)
+    assert "1 idle" in repr(doors)
+    for writer in door.writers:               # the door ends (a member restarted)
+        writer.close()
+    await asyncio.sleep(0.1)
+    server.close()
+    other = Door(sized)
+    second = await asyncio.start_server(other.serve, "127.0.0.1", 0)
+    elsewhere = ("127.0.0.1", second.sockets[0].getsockname()[1])
+    connection, _ = await doors.send(elsewhere, request)       # a new door: a new open
+    assert connection.reader is not None and "0 idle" in repr(doors)
+    doors.discard(connection)
+    doors.close()
+    second.close()
+    for writer in other.writers:
+        writer.close()
+    await asyncio.gather(*door.handlers, *other.handlers, return_exceptions=True)
+
+
 # -- the heads ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("head", [
