@@ -5,7 +5,11 @@
   upstream), the same upstream process for both;
 * **forward proxy**: GetTask and SendMessage to a member's door directly (with the
   formation token, as call-member sends it), and through a forward proxy at the door's
-  virtual address (``http://coder.formation.invalid/``), the proxy stamping the token.
+  virtual address (``http://coder.formation.invalid/``), the proxy stamping the token;
+* **the floor**: the same requests to the door directly, and through a byte pipe (one
+  connection to the door for each connection to it, bytes copied both ways by asyncio
+  protocols on uvloop, nothing read): the least any hop in a Python process costs on
+  this machine, so the best ``forward_proxy`` can be (``hop_floor``, no goal of its own).
 
 Every server runs in a process of its own on 127.0.0.1 (uvicorn with httptools and
 uvloop for the upstream; the member runtime's own ``DoorServer`` for doors; the forward
@@ -51,7 +55,11 @@ RESULTS = ROOT / "loadtests" / "results"
 METHODS = ("GetTask", "SendMessage")
 WARMUP_SECONDS = 1.0
 #: (name, through, direct): each ratio is through / direct.
-PAIRS = (("gateway", "gateway", "upstream"), ("forward_proxy", "proxy", "door"))
+PAIRS = (("gateway", "gateway", "upstream"), ("forward_proxy", "proxy", "door"),
+         ("hop_floor", "pipe", "door"))
+#: Each pair's goal; a text in parentheses is information, not a goal (loadtests/summary.py).
+GOALS = {"gateway": ">= 0.6", "forward_proxy": ">= 0.8",
+         "hop_floor": "(the best forward_proxy can be)"}
 
 # --- the servers (each in its own process) ---------------------------------------------
 
@@ -176,6 +184,53 @@ def serve_proxy(door_port: int) -> None:
         secret = proxy.url.split("//", 1)[1].split("@", 1)[0]
         print(f"PORT {proxy.port}", flush=True)
         print(f"PROXYAUTH {base64.b64encode(secret.encode()).decode()}", flush=True)
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
+
+
+def serve_pipe(door_port: int) -> None:
+    """The floor: for each connection, one to the door, and bytes copied both ways as
+    they arrive (asyncio protocols, no parsing, no checks)."""
+    import uvloop
+
+    class Pipe(asyncio.Protocol):
+        def __init__(self, peer: Pipe | None = None) -> None:
+            self.peer = peer
+            self.transport: Any = None
+            self.early: list[bytes] = []      # what came before the door's connection
+
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+            if self.peer is not None:         # the door's side: the agent's is waiting
+                self.peer.peer = self
+                transport.write(b"".join(self.peer.early))
+
+        def data_received(self, data: bytes) -> None:
+            peer = self.peer
+            if peer is not None and peer.transport is not None:
+                peer.transport.write(data)
+            else:
+                self.early.append(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.peer is not None and self.peer.transport is not None:
+                self.peer.transport.close()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        opening: set[asyncio.Task[Any]] = set()
+
+        def accepted() -> Pipe:
+            agent_side = Pipe()
+            task = loop.create_task(loop.create_connection(lambda: Pipe(agent_side),
+                                                           "127.0.0.1", door_port))
+            opening.add(task)
+            task.add_done_callback(opening.discard)
+            return agent_side
+
+        server = await loop.create_server(accepted, sock=_socket())
+        print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
         await asyncio.Event().wait()
 
     uvloop.run(main())
@@ -320,6 +375,8 @@ def orchestrate(args: argparse.Namespace) -> None:
         proxy = Server("proxy", ["--serve", "proxy", "--door-port", str(door.port)],
                        stdin_line=door.lines["TOKEN"])
         servers.append(proxy)
+        pipe = Server("pipe", ["--serve", "pipe", "--door-port", str(door.port)])
+        servers.append(pipe)
         # What each phase talks to, and whose CPU serves it.
         phases: dict[str, tuple[Server, list[int], dict[str, str]]] = {
             "upstream": (upstream, [upstream.process.pid],
@@ -330,6 +387,8 @@ def orchestrate(args: argparse.Namespace) -> None:
                      {"host": f"127.0.0.1:{door.port}", "token": door.lines["TOKEN"]}),
             "proxy": (proxy, [proxy.process.pid, door.process.pid],
                       {"proxy_auth": proxy.lines["PROXYAUTH"]}),
+            "pipe": (pipe, [pipe.process.pid, door.process.pid],
+                     {"host": f"127.0.0.1:{door.port}", "token": door.lines["TOKEN"]}),
         }
         rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
             name: {method: [] for method in METHODS} for name in phases}
@@ -357,7 +416,7 @@ def orchestrate(args: argparse.Namespace) -> None:
     document = {"benchmark": "bench_gateway", "cores": os.cpu_count(),
                 "concurrency": args.concurrency, "seconds_per_phase": args.duration,
                 "rounds": args.rounds, "results": results, "ratios": ratios,
-                "goals": {"gateway": ">= 0.6", "forward_proxy": ">= 0.8"},
+                "goals": GOALS,
                 "wall_seconds": round(time.monotonic() - began, 1)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "bench_gateway.json").write_text(json.dumps(document, indent=2) + "\n")
@@ -376,15 +435,14 @@ def _table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, floa
                          f"{row['p99_ms']} | {row['serving_cpu_us_per_request']} | "
                          f"{row['errors']} |")
     lines += ["", "| ratio (through / direct) | value | goal |", "|---|---:|---|"]
-    goals = {"gateway": ">= 0.6", "forward_proxy": ">= 0.8"}
     for name, value in ratios.items():
-        lines.append(f"| {name} | {value} | {goals[name.rsplit('_', 1)[0]]} |")
+        lines.append(f"| {name} | {value} | {GOALS[name.rsplit('_', 1)[0]]} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--serve", choices=("upstream", "gateway", "door", "proxy"))
+    parser.add_argument("--serve", choices=("upstream", "gateway", "door", "proxy", "pipe"))
     parser.add_argument("--upstream-port", type=int)
     parser.add_argument("--door-port", type=int)
     parser.add_argument("--load", action="store_true")
@@ -402,6 +460,8 @@ def main() -> None:
         serve_door()
     elif args.serve == "proxy":
         serve_proxy(args.door_port)
+    elif args.serve == "pipe":
+        serve_pipe(args.door_port)
     elif args.load:
         run_load(args)
     else:
