@@ -836,6 +836,52 @@ async def test_a_slow_head_is_cut_off(make_rig: RigFactory) -> None:
     assert 0.25 < time.monotonic() - started < STEP
 
 
+async def test_a_slow_body_is_cut_off_and_nothing_is_sent(make_rig: RigFactory) -> None:
+    rig = await make_rig(limits=ProxyLimits(body_seconds=0.3))
+    reader, writer = await asyncio.open_connection("127.0.0.1", rig.proxy.port)
+    started = time.monotonic()
+    try:
+        writer.write(request(rig, f"{rig.outside_url}/x", method="POST",
+                             extra="Content-Length: 10\r\n") + b"abc")  # 7 bytes short
+        async with asyncio.timeout(STEP):
+            answer = parse_answer(await reader.read(-1))
+    finally:
+        writer.close()
+    assert answer.status == 408
+    assert "body" in answer.json()["message"]
+    assert 0.25 < time.monotonic() - started < STEP
+    assert rig.net.sent == []
+
+
+async def test_a_late_head_is_cut_off_while_timely_ones_beside_it_go_on(
+        make_rig: RigFactory) -> None:
+    """Every read's deadline starts with the read: a kept-alive connection whose heads
+    each come in time is served for longer than the deadline, on the same sweep that
+    cuts off a late head on another connection."""
+    rig = await make_rig(limits=ProxyLimits(head_seconds=0.4))
+    slow_reader, slow_writer = await asyncio.open_connection("127.0.0.1", rig.proxy.port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", rig.proxy.port)
+    kept = request(rig, f"{rig.outside_url}/x").replace(b"Connection: close\r\n", b"")
+    statuses = []
+    started = time.monotonic()
+    try:
+        slow_writer.write(b"GET http://127.0.0.1/ HTTP/1.1\r\nX-Slow: ")   # never finished
+        async with asyncio.timeout(STEP):
+            for _ in range(4):
+                writer.write(kept)
+                head = parse_answer(await reader.readuntil(b"\r\n\r\n"))
+                await reader.readexactly(int(dict(head.headers)["content-length"]))
+                statuses.append(head.status)
+                await asyncio.sleep(0.2)
+            late = parse_answer(await slow_reader.read(-1))
+    finally:
+        writer.close()
+        slow_writer.close()
+    assert statuses == [200, 200, 200, 200]
+    assert time.monotonic() - started > 0.8              # twice the deadline, and served
+    assert late.status == 408
+
+
 SMUGGLING = {
     "both framings": "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
     "two lengths": "Content-Length: 4\r\nContent-Length: 5\r\n",
