@@ -6,7 +6,8 @@ implementation for both ways) and this module carries it. In order:
 
 1. :class:`HopFailed`, what goes wrong on the way, named as httpx names it (the agent's
    answer says ``... cannot be reached (ConnectError)`` whichever way the request took);
-2. the answer's head, read strictly (:func:`parse_answer_head`);
+2. the answer's head, read strictly (:func:`parse_answer_head`), once for each head a
+   door repeats (:func:`read_answer_head`);
 3. :class:`DoorConnections`, kept-alive connections to each door: a request goes out on
    an idle one when there is one, and once more on a new one when the door had closed
    the idle one before it answered a byte (a door ends an idle connection after a few
@@ -57,8 +58,8 @@ class AnswerHead:
     minor: int
     status: int
     reason: bytes
-    headers: list[tuple[bytes, bytes]]
-    keys: list[bytes]               # each header's name as compared
+    headers: tuple[tuple[bytes, bytes], ...]
+    keys: tuple[bytes, ...]         # each header's name as compared
     length: int | None              # Content-Length, when the body is sized
     chunked: bool
     close: bool                     # the door ends the connection after this answer
@@ -92,8 +93,29 @@ def parse_answer_head(data: bytes) -> AnswerHead:
     if len(lengths) > 1 or (lengths and not (lengths[0].isdigit() and len(lengths[0]) < 19)):
         raise HopFailed("RemoteProtocolError")
     close = minor == 0 or any(b"close" in value for value in connection)
-    return AnswerHead(minor, int(status_line[2]), status_line[3] or b"", headers, keys,
-                      int(lengths[0]) if lengths else None, chunked, close, data + b"\r\n\r\n")
+    return AnswerHead(minor, int(status_line[2]), status_line[3] or b"", tuple(headers),
+                      tuple(keys), int(lengths[0]) if lengths else None, chunked, close,
+                      data + b"\r\n\r\n")
+
+
+#: Answer heads read before, by their bytes. A door answers with a few heads over and
+#: over (its ``Date`` changes once a second, its ``Content-Length`` with the body), and
+#: reading one cost a tenth of the hop's CPU (bench_gateway, GetTask); the same bytes
+#: always read the same, and an AnswerHead is immutable. Emptied when full.
+_READ_HEADS: dict[bytes, AnswerHead] = {}
+_READ_HEADS_KEPT: Final = 256
+
+
+def read_answer_head(head: bytes) -> AnswerHead:
+    """:func:`parse_answer_head` of ``head`` (its final empty line included), read once
+    for as long as the same bytes come back."""
+    known = _READ_HEADS.get(head)
+    if known is None:
+        known = parse_answer_head(head[:-4])
+        if len(_READ_HEADS) >= _READ_HEADS_KEPT:
+            _READ_HEADS.clear()
+        _READ_HEADS[head] = known
+    return known
 
 
 # --------------------------------------------------------------------------------------
@@ -216,7 +238,7 @@ class DoorConnections:
             DoorConnections.discard(connection)
             raise HopFailed("ReadError") from None
         try:
-            return parse_answer_head(head[:-4])
+            return read_answer_head(head)
         except HopFailed:
             DoorConnections.discard(connection)
             raise

@@ -12,7 +12,7 @@ an answer a member's door gave the proxy's own hop (``door_hop``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Final
@@ -46,7 +46,7 @@ _AS_IT_CAME: Final = frozenset({b"date", b"server", b"content-type", b"content-l
                                 b"x-content-type-options", b"traceparent"})
 
 
-def _answer_headers(raw: list[tuple[bytes, bytes]], keys: list[bytes] | None = None
+def _answer_headers(raw: Sequence[tuple[bytes, bytes]], keys: Sequence[bytes] | None = None
                     ) -> tuple[list[bytes], bytes | None]:
     """A response's headers as header lines for the agent, and its one valid
     ``Content-Length`` (``None``: absent, several, or beside a Transfer-Encoding).
@@ -70,7 +70,7 @@ def _answer_headers(raw: list[tuple[bytes, bytes]], keys: list[bytes] | None = N
     return lines, single
 
 
-def _without_virtual_location(raw: list[tuple[bytes, bytes]],
+def _without_virtual_location(raw: Sequence[tuple[bytes, bytes]],
                               url: httpx.URL) -> list[tuple[bytes, bytes]]:
     """A redirect's headers minus a ``Location`` that leads to ``formation.invalid``.
 
@@ -106,9 +106,9 @@ class Framing:
     keep_alive: bool
 
 
-def answer_framing(status: int, reason: bytes, raw: list[tuple[bytes, bytes]],
+def answer_framing(status: int, reason: bytes, raw: Sequence[tuple[bytes, bytes]],
                    url: Callable[[], httpx.URL], head: RequestHead,
-                   keep_alive: bool, keys: list[bytes] | None = None) -> Framing:
+                   keep_alive: bool, keys: Sequence[bytes] | None = None) -> Framing:
     """How an answer (``status``, ``reason``, the headers ``raw`` and, when read
     already, their ``keys``) to the request ``head`` goes to the agent; ``url()`` gives
     the request's URL, which a redirect's ``Location`` is read against (asked for a

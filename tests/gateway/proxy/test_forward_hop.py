@@ -20,8 +20,9 @@ import httpx
 import pytest
 
 from gateway.metrics import DoorMetrics
+from gateway.proxy import door_hop
 from gateway.proxy.call_bounds import CallBounds
-from gateway.proxy.door_hop import HopFailed, parse_answer_head
+from gateway.proxy.door_hop import HopFailed, parse_answer_head, read_answer_head
 from gateway.proxy.formation import FormationTransport
 from gateway.proxy.forward import ForwardProxy
 from gateway.proxy.http_head import MalformedHead, head_lines
@@ -457,3 +458,20 @@ def test_an_answer_head_says_its_framing() -> None:
                                 b"Connection: close")
     assert chunked.chunked and chunked.close and chunked.length is None
     assert parse_answer_head(b"HTTP/1.0 200 OK").close
+
+
+def test_an_answer_head_a_door_repeats_is_read_once_and_a_bad_one_every_time() -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\nx-kept: once\r\n\r\n"
+    first = read_answer_head(head)
+    assert read_answer_head(bytes(head)) is first            # the same bytes: read once
+    assert (first.length, first.headers[1], first.raw) == (12, (b"x-kept", b"once"), head)
+    other = read_answer_head(head.replace(b"12", b"13"))
+    assert other.length == 13 and other is not first
+    for _ in range(2):                                      # refused, and never kept
+        with pytest.raises(HopFailed):
+            read_answer_head(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2"
+                             b"\r\n\r\n")
+    for number in range(600):                               # the cache stays bounded
+        read_answer_head(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % number)
+    assert 0 < len(door_hop._READ_HEADS) <= 256
+    assert read_answer_head(head).length == 12
