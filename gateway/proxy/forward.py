@@ -53,7 +53,7 @@ from gateway.proxy.formation import (
 )
 from gateway.proxy.forward_relay import relay as _relay
 from gateway.proxy.forward_relay import relay_hop as _relay_hop
-from gateway.proxy.forward_request import TASK_HEADER, RequestHead, parse_head
+from gateway.proxy.forward_request import TASK_HEADER, RequestHead, read_head
 from gateway.proxy.forward_request import ForwardAnswer as _Answer
 from gateway.proxy.forward_request import body_length as _body_length
 from gateway.proxy.forward_request import forwarded_to_target as _forwarded_to_target
@@ -262,7 +262,7 @@ class ForwardProxy:
                           f"{self._limits.head_seconds:g} s") from None
         finally:
             deadlines.end(reading)
-        return parse_head(data[:-4])
+        return read_head(data)
 
     def _authorized(self, head: RequestHead) -> bool:
         values = head.values(b"proxy-authorization")

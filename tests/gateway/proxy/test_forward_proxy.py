@@ -37,7 +37,7 @@ from gateway.proxy.aiohttp_transport import default_inner_transport
 from gateway.proxy.env import PROXY_VARIABLES, proxy_environment
 from gateway.proxy.formation import FormationRefused, FormationTransport
 from gateway.proxy.forward import PROXY_AUTHENTICATE, ForwardProxy, ProxyLimits
-from gateway.proxy.forward_request import parse_head
+from gateway.proxy.forward_request import ForwardAnswer, parse_head, read_head
 from tests.support.auth import FORMATION, KEY, mint
 from tests.support.proxy_fakes import Doors
 
@@ -950,6 +950,20 @@ def test_the_head_parser_is_strict_about_what_it_reads() -> None:
     assert (head.method, head.target, head.minor) == (b"POST", b"http://a.example/x", 1)
     assert head.values(b"x-under") == [b"1"]
     assert head.values(b"x-space") == [b"padded value"]
+
+
+def test_a_head_an_agent_repeats_is_read_once_and_a_bad_one_every_time() -> None:
+    data = b"GET http://a.example/poll HTTP/1.1\r\nHost: a.example\r\n\r\n"
+    first = read_head(data)
+    assert read_head(bytes(data)) is first                   # the same bytes: read once
+    assert (first.method, first.target, first.values(b"host")) == (
+        b"GET", b"http://a.example/poll", [b"a.example"])
+    assert read_head(data.replace(b"poll", b"other")).target == b"http://a.example/other"
+    smuggled = b"GET http://a.example/ HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n"
+    for _ in range(2):                                       # refused, and never kept
+        with pytest.raises(ForwardAnswer) as refused:
+            read_head(smuggled)
+        assert refused.value.status == 400
 
 
 # -- nothing leaks ---------------------------------------------------------------------
