@@ -45,6 +45,7 @@ import httpx
 
 from gateway.metrics import DoorMetrics, proxy_outcome
 from gateway.protocol import CALL_DEPTH_HEADER, ORIGIN_HEADER, TRUST_HEADER
+from gateway.proxy.aiohttp_transport import AiohttpTransport
 from gateway.proxy.call_bounds import CallBounds
 from gateway.proxy.door_addresses import DoorAddresses as DoorAddresses
 from gateway.proxy.door_addresses import SanitizedStream as _SanitizedStream
@@ -177,14 +178,17 @@ class _Shared:
     """What every view of one member's proxy shares: pool, credentials, grant."""
 
     __slots__ = ("addresses", "allow", "authorizations", "bounds", "door_wait", "doors",
-                 "inner", "known", "metrics", "on_call", "on_refused", "tokens",
-                 "virtual_hosts")
+                 "inner", "known", "metrics", "on_call", "on_refused", "send_parts",
+                 "tokens", "virtual_hosts")
 
     def __init__(self, inner: httpx.AsyncBaseTransport, doors: DoorDirectory,
                  allow: AllowList, on_call: CallHook | None, door_wait: float,
                  tokens: Mapping[str, str], metrics: DoorMetrics | None,
                  bounds: CallBounds | None = None) -> None:
         self.inner = inner
+        #: An inner transport that takes a request as its parts (aiohttp's): a call to a
+        #: member then builds no second httpx.Request (3.5 us of a call's ~15 us here).
+        self.send_parts = inner.send_parts if isinstance(inner, AiohttpTransport) else None
         self.bounds = bounds
         self.metrics = metrics
         self.doors = doors
@@ -342,15 +346,20 @@ class FormationTransport(httpx.AsyncBaseTransport):
         # ``trace`` in particular is dropped: httpcore hands it the outgoing headers,
         # token included.
         timeout = request.extensions.get("timeout")
-        extensions = {} if timeout is None else {"timeout": timeout}
-        outgoing = httpx.Request(request.method, door.real_url(request.url.raw_path),
-                                 headers=headers, stream=httpx.ByteStream(body),
-                                 extensions=extensions)
-        outgoing.read()       # in memory already; lets inner transports read .content
         failure: httpx.TransportError | None = None
         started = time.perf_counter()
         try:
-            response = await shared.inner.handle_async_request(outgoing)
+            if shared.send_parts is not None:   # errors name the component's request
+                response = await shared.send_parts(
+                    request.method, door.real_url(request.url.raw_path), headers, body,
+                    timeout, request)
+            else:
+                extensions = {} if timeout is None else {"timeout": timeout}
+                outgoing = httpx.Request(request.method, door.real_url(request.url.raw_path),
+                                         headers=headers, stream=httpx.ByteStream(body),
+                                         extensions=extensions)
+                outgoing.read()   # in memory already; lets inner transports read .content
+                response = await shared.inner.handle_async_request(outgoing)
         except Exception as exc:  # noqa: BLE001 - whatever failed below, its text is scrubbed
             # Against the component's own request, never the one holding the token, with
             # the token and the door's address scrubbed, and no chain back (raised below,

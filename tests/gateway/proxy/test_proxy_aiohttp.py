@@ -180,3 +180,43 @@ async def test_call_member_over_a_real_socket_through_the_proxy() -> None:
     finally:
         server.should_exit = True
         await task
+
+
+async def test_a_call_to_a_member_over_aiohttp_goes_stamped_and_its_failure_names_no_door(
+        port: int) -> None:
+    """The proxy hands aiohttp the call's parts (no second httpx.Request): the door gets
+    its own Host, one Authorization and the stamps, the component's own Authorization and
+    x-murmur- headers are gone, and a door that cannot be reached is named by the
+    component's request, never by the door's address."""
+    proxy = FormationTransport(AiohttpTransport(), tokens={"coder": "mft1.a.b"},
+                               doors=Doors({"coder": f"http://127.0.0.1:{port}"}),
+                               allow=["localhost"], trust=lambda: "trusted")
+    try:
+        async with FormationClient(transport=proxy) as http:
+            response = await http.post("http://coder.formation.invalid/x?q=1", content=b"hi",
+                                       headers={"Authorization": "Bearer mine",
+                                                "X-Murmur-Task-Origin": "user"})
+        echo = response.json()
+        assert (echo["method"], echo["path"], echo["query"], echo["body"]) == (
+            "POST", "/x", "q=1", "hi")
+        assert header_values(echo, "host") == [f"127.0.0.1:{port}"]
+        assert header_values(echo, "authorization") == ["Bearer mft1.a.b"]
+        assert header_values(echo, "x-murmur-task-origin") == ["peer"]
+        assert header_values(echo, "x-murmur-task-trust") == ["trusted"]
+        assert str(response.request.url) == "http://coder.formation.invalid/x?q=1"
+    finally:
+        await proxy.aclose()
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        gone = spare.getsockname()[1]                      # bound, never listening
+        unreachable = FormationTransport(
+            AiohttpTransport(), tokens={"coder": "mft1.a.b"},
+            doors=Doors({"coder": f"http://127.0.0.1:{gone}"}), allow=["localhost"])
+        try:
+            async with FormationClient(transport=unreachable) as http:
+                with pytest.raises(httpx.ConnectError) as failed:
+                    await http.get("http://coder.formation.invalid/")
+        finally:
+            await unreachable.aclose()
+    assert str(failed.value.request.url) == "http://coder.formation.invalid/"
+    assert str(gone) not in str(failed.value) and "mft1" not in str(failed.value)
