@@ -104,6 +104,8 @@ def parse_answer_head(data: bytes) -> AnswerHead:
 #: always read the same, and an AnswerHead is immutable. Emptied when full.
 _READ_HEADS: dict[bytes, AnswerHead] = {}
 _READ_HEADS_KEPT: Final = 256
+#: Only heads up to this size are kept (a door's are a few hundred bytes).
+_KEPT_HEAD_BYTES: Final = 4096
 
 
 def read_answer_head(head: bytes) -> AnswerHead:
@@ -112,9 +114,10 @@ def read_answer_head(head: bytes) -> AnswerHead:
     known = _READ_HEADS.get(head)
     if known is None:
         known = parse_answer_head(head[:-4])
-        if len(_READ_HEADS) >= _READ_HEADS_KEPT:
-            _READ_HEADS.clear()
-        _READ_HEADS[head] = known
+        if len(head) <= _KEPT_HEAD_BYTES:
+            if len(_READ_HEADS) >= _READ_HEADS_KEPT:
+                _READ_HEADS.clear()
+            _READ_HEADS[head] = known
     return known
 
 

@@ -140,6 +140,9 @@ def parse_head(data: bytes) -> RequestHead:
 #: goes to a target is a new list, ``forwarded_to_target``). Emptied when full.
 _READ_HEADS: dict[bytes, RequestHead] = {}
 _READ_HEADS_KEPT: Final = 256
+#: Only heads up to this size are kept (a client's usual head is well under 1 KiB): at
+#: most 1 MiB of heads held, however large the heads an agent sends.
+_KEPT_HEAD_BYTES: Final = 4096
 
 
 def read_head(data: bytes) -> RequestHead:
@@ -148,9 +151,10 @@ def read_head(data: bytes) -> RequestHead:
     known = _READ_HEADS.get(data)
     if known is None:
         known = parse_head(data[:-4])
-        if len(_READ_HEADS) >= _READ_HEADS_KEPT:
-            _READ_HEADS.clear()
-        _READ_HEADS[data] = known
+        if len(data) <= _KEPT_HEAD_BYTES:
+            if len(_READ_HEADS) >= _READ_HEADS_KEPT:
+                _READ_HEADS.clear()
+            _READ_HEADS[data] = known
     return known
 
 

@@ -964,6 +964,9 @@ def test_a_head_an_agent_repeats_is_read_once_and_a_bad_one_every_time() -> None
         with pytest.raises(ForwardAnswer) as refused:
             read_head(smuggled)
         assert refused.value.status == 400
+    large = b"GET http://a.example/ HTTP/1.1\r\nX-Fill: " + b"a" * 8000 + b"\r\n\r\n"
+    assert read_head(large) is not read_head(large)          # read every time, never kept
+    assert read_head(large).values(b"x-fill") == [b"a" * 8000]
 
 
 # -- nothing leaks ---------------------------------------------------------------------
