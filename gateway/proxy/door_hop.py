@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gateway.errors import GatewayError
-from gateway.proxy.http_head import MalformedHead, head_lines
+from gateway.proxy.http_head import MalformedHead, ReadOnce, head_lines
 
 # --------------------------------------------------------------------------------------
 # 1. Failures
@@ -98,27 +98,10 @@ def parse_answer_head(data: bytes) -> AnswerHead:
                       data + b"\r\n\r\n")
 
 
-#: Answer heads read before, by their bytes. A door answers with a few heads over and
-#: over (its ``Date`` changes once a second, its ``Content-Length`` with the body), and
-#: reading one cost a tenth of the hop's CPU (bench_gateway, GetTask); the same bytes
-#: always read the same, and an AnswerHead is immutable. Emptied when full.
-_READ_HEADS: dict[bytes, AnswerHead] = {}
-_READ_HEADS_KEPT: Final = 256
-#: Only heads up to this size are kept (a door's are a few hundred bytes).
-_KEPT_HEAD_BYTES: Final = 4096
-
-
-def read_answer_head(head: bytes) -> AnswerHead:
-    """:func:`parse_answer_head` of ``head`` (its final empty line included), read once
-    for as long as the same bytes come back."""
-    known = _READ_HEADS.get(head)
-    if known is None:
-        known = parse_answer_head(head[:-4])
-        if len(head) <= _KEPT_HEAD_BYTES:
-            if len(_READ_HEADS) >= _READ_HEADS_KEPT:
-                _READ_HEADS.clear()
-            _READ_HEADS[head] = known
-    return known
+#: :func:`parse_answer_head` of a whole answer head (its final empty line included), read
+#: once for each head a door repeats (:class:`~gateway.proxy.http_head.ReadOnce`; an
+#: AnswerHead's fields are immutable).
+read_answer_head: Final = ReadOnce(lambda head: parse_answer_head(head[:-4]))
 
 
 # --------------------------------------------------------------------------------------

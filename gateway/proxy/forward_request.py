@@ -31,7 +31,7 @@ import httpx
 
 from gateway.errors import GatewayError
 from gateway.proxy.formation_headers import HOP_BY_HOP
-from gateway.proxy.http_head import MalformedHead, head_lines
+from gateway.proxy.http_head import MalformedHead, ReadOnce, head_lines
 from gateway.proxy.proxy_errors import FormationRefused
 from gateway.proxy.virtual_names import check_raw_url, names_formation
 
@@ -133,29 +133,11 @@ def parse_head(data: bytes) -> RequestHead:
                        index, named)
 
 
-#: Request heads read before, by their bytes (the final empty line included). An agent
-#: repeats a few heads (a poll's, a client's usual headers with a few lengths), and
-#: reading one cost a tenth of the proxy's CPU on a call (bench_gateway, GetTask); the
-#: same bytes always read the same. Nothing changes a RequestHead once it is read (what
-#: goes to a target is a new list, ``forwarded_to_target``). Emptied when full.
-_READ_HEADS: dict[bytes, RequestHead] = {}
-_READ_HEADS_KEPT: Final = 256
-#: Only heads up to this size are kept (a client's usual head is well under 1 KiB): at
-#: most 1 MiB of heads held, however large the heads an agent sends.
-_KEPT_HEAD_BYTES: Final = 4096
-
-
-def read_head(data: bytes) -> RequestHead:
-    """:func:`parse_head` of ``data`` (a head with its final empty line), read once for
-    as long as the same bytes come back; a head it refuses is refused every time."""
-    known = _READ_HEADS.get(data)
-    if known is None:
-        known = parse_head(data[:-4])
-        if len(data) <= _KEPT_HEAD_BYTES:
-            if len(_READ_HEADS) >= _READ_HEADS_KEPT:
-                _READ_HEADS.clear()
-            _READ_HEADS[data] = known
-    return known
+#: :func:`parse_head` of a whole request head (its final empty line included), read once
+#: for each head an agent repeats (:class:`~gateway.proxy.http_head.ReadOnce`). Nothing
+#: changes a RequestHead once it is read: what goes to a target is a new list
+#: (``forwarded_to_target``).
+read_head: Final = ReadOnce(lambda data: parse_head(data[:-4]))
 
 
 # --------------------------------------------------------------------------------------

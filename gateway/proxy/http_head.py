@@ -10,7 +10,9 @@ instead of a regular expression per line. In order:
 2. each header line: a token name right before its colon (no space, so no line folding
    either), then its value without the spaces and tabs around it;
 3. the name as compared: lower case, ``_`` read as ``-`` (as the formation proxy
-   compares names), remembered for the few names clients repeat.
+   compares names), remembered for the few names clients repeat;
+4. :class:`ReadOnce`: a whole head read once for as long as the same bytes come back
+   (what reads it, the request's or the answer's, is the caller's).
 
 A head read two ways (by the proxy and by what is behind it) is how one request is
 smuggled inside another; everything it does not take, it refuses.
@@ -19,7 +21,8 @@ smuggled inside another; everything it does not take, it refuses.
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Callable
+from typing import Final, Generic, TypeVar
 
 from gateway.errors import GatewayError
 
@@ -61,3 +64,40 @@ def head_lines(data: bytes) -> tuple[bytes, list[tuple[bytes, bytes]], list[byte
         headers.append((name, value.strip(_SPACES)))
         keys.append(key)
     return lines[0], headers, keys
+
+
+#: What a head reads as (a request's head, a door's answer head).
+Read = TypeVar("Read")
+
+
+class ReadOnce(Generic[Read]):
+    """``read(head)`` for a whole head (its final empty line included), done once for as
+    long as the same bytes come back. An agent repeats a few request heads and a door a
+    few answer heads (its ``Date`` changes once a second, its ``Content-Length`` with the
+    body), and reading one cost a tenth of the proxy's CPU on a call; the same bytes
+    always read the same, so what ``read`` returns must never change. A head ``read``
+    refuses is refused every time (nothing is kept of it). Bounded: heads of at most
+    :attr:`KEPT_BYTES` only, :attr:`KEPT` of them, emptied when full (at most 1 MiB)."""
+
+    KEPT: Final = 256
+    KEPT_BYTES: Final = 4096
+
+    __slots__ = ("_kept", "_read")
+
+    def __init__(self, read: Callable[[bytes], Read]) -> None:
+        self._read = read
+        self._kept: dict[bytes, Read] = {}
+
+    def __call__(self, head: bytes) -> Read:
+        known = self._kept.get(head)
+        if known is None:
+            known = self._read(head)
+            if len(head) <= self.KEPT_BYTES:
+                if len(self._kept) >= self.KEPT:
+                    self._kept.clear()
+                self._kept[head] = known
+        return known
+
+    def __len__(self) -> int:
+        """How many heads are kept."""
+        return len(self._kept)
