@@ -75,23 +75,30 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
-        return await self.send_parts(request.method, request.url, request.headers.raw, body,
-                                     request.extensions.get("timeout"), request)
+        return await self._send(request.method, yarl.URL(str(request.url), encoded=True),
+                                request.headers.raw, body, request.extensions.get("timeout"),
+                                request)
 
     async def send_parts(self, method: str, url: httpx.URL,
                          headers: Sequence[tuple[bytes, bytes]], body: bytes,
                          timeout: Mapping[str, float | None] | None,
                          request: httpx.Request) -> httpx.Response:
         """A request given as its parts, for a caller that would otherwise build an
-        ``httpx.Request`` only to hand it here (the formation proxy: 3.5 us a call);
+        ``httpx.Request`` only to hand it here (the formation proxy: 3.5 us a call) and
+        that asks for the same few URL objects again (a door's URLs, which it keeps);
         ``request`` is what an error names, so the caller chooses which request that is
         (never one holding a token)."""
+        return await self._send(method, self._yarl_url(url), headers, body, timeout, request)
+
+    async def _send(self, method: str, url: Any, headers: Sequence[tuple[bytes, bytes]],
+                    body: bytes, timeout: Mapping[str, float | None] | None,
+                    request: httpx.Request) -> httpx.Response:
         session = self._session_now()
         pairs = [(name.decode("latin-1"), value.decode("latin-1"))
                  for name, value in headers if name.lower() not in _FRAMING]
         with _mapped_errors(request):
             response = await session.request(
-                method, self._yarl_url(url), headers=pairs, data=body if body else None,
+                method, url, headers=pairs, data=body if body else None,
                 allow_redirects=False, timeout=_timeout(timeout), compress=None)
         return httpx.Response(
             status_code=response.status,
@@ -102,8 +109,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     def _yarl_url(self, url: httpx.URL) -> Any:
-        """aiohttp's URL for ``url``; the same object asked again (a door's URL, which the
-        formation proxy keeps) is converted once."""
+        """aiohttp's URL for ``url``; the same object asked again is converted once."""
         known = self._urls.get(id(url))
         if known is not None and known[0] is url:
             return known[1]

@@ -135,7 +135,7 @@ class ForwardProxy:
         self._authorization = b"Basic " + base64.b64encode(self._credentials)
         self._server: asyncio.Server | None = None
         self._port: int | None = None
-        self._connections: set[asyncio.Task[Any]] = set()
+        self._connections: set[asyncio.Task[None]] = set()
         self._urls: dict[str, tuple[httpx.URL, VirtualTarget | None]] = {}
         self._doors = DoorConnections(connect_seconds=self._limits.connect_seconds)
         self._deadlines = _ReadDeadlines(_sweep_tick(self._limits))
@@ -416,7 +416,7 @@ class ForwardProxy:
 class _ReadDeadlines:
     """The deadlines of the proxy's reads, on one timer. A read notes its task and when
     it is due (:meth:`begin`, a dict entry: a timer of its own cost the loop a timer's
-    start and cancel on every read, 1.3 µs of a request's ~48 here); while any read
+    start and cancel on every read, 1.3 us of a request's ~48 here); while any read
     waits, a sweep every ``tick`` seconds cancels the late ones, so a read's deadline
     passes within ``tick`` after it is due. The read then asks :meth:`passed` (which
     undoes the cancellation) and answers 408, and notes its end (:meth:`end`) whatever
