@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Protocol, Self
@@ -45,7 +45,6 @@ import httpx
 
 from gateway.metrics import DoorMetrics, proxy_outcome
 from gateway.protocol import CALL_DEPTH_HEADER, ORIGIN_HEADER, TRUST_HEADER
-from gateway.proxy.aiohttp_transport import AiohttpTransport
 from gateway.proxy.call_bounds import CallBounds
 from gateway.proxy.door_addresses import DoorAddresses as DoorAddresses
 from gateway.proxy.door_addresses import SanitizedStream as _SanitizedStream
@@ -171,6 +170,17 @@ class MemberHop:
 
 
 _REAL_URL_CACHE: Final = 64
+
+
+class SendParts(Protocol):
+    """An inner transport's ``send_parts`` (gateway.proxy.aiohttp_transport): a request
+    as its parts; errors name ``request``."""
+
+    def __call__(self, method: str, url: httpx.URL, headers: Sequence[tuple[bytes, bytes]],
+                 body: bytes, timeout: Mapping[str, float | None] | None,
+                 request: httpx.Request) -> Awaitable[httpx.Response]: ...
+
+
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -188,7 +198,9 @@ class _Shared:
         self.inner = inner
         #: An inner transport that takes a request as its parts (aiohttp's): a call to a
         #: member then builds no second httpx.Request (3.5 us of a call's ~15 us here).
-        self.send_parts = inner.send_parts if isinstance(inner, AiohttpTransport) else None
+        #: Looked up by name: importing aiohttp here would load it into every agent
+        #: process that imports this module for ``task.http`` (80 ms).
+        self.send_parts: SendParts | None = getattr(inner, "send_parts", None)
         self.bounds = bounds
         self.metrics = metrics
         self.doors = doors

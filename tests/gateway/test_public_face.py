@@ -38,6 +38,16 @@ def test_importing_the_shared_names_loads_nothing_heavy() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_an_agent_process_using_task_http_does_not_load_aiohttp() -> None:
+    """The agent process imports the formation proxy's module for ``task.http``; aiohttp
+    (80 ms of imports) belongs to the member runtime's pool only."""
+    probe = ("import sys, launcher.member.agent.http; "
+             "print('aiohttp' in sys.modules, 'gateway.proxy.formation' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]
+
+
 def test_the_launcher_imports_only_what_the_face_lists() -> None:
     outside = []
     for path in sorted((REPO / "launcher").rglob("*.py")):
