@@ -225,38 +225,44 @@ class EdgeGuard:
 
     def admit(self, caller: Caller, headers: list[tuple[bytes, bytes]]) -> EdgeCall:
         """Checks 9 and 10 for a member's task-starting call: its :class:`EdgeCall`, or
-        :class:`Refused` (``depth_exceeded``, ``limit_reached``, ``rate_limited``)."""
-        member = caller.credential.member or caller.credential.name
+        :class:`Refused` (``depth_exceeded``, ``limit_reached``, ``rate_limited``).
+
+        Every call of a bounded edge comes here, so it is one function with the refusals
+        out of line (a call that passes costs a few attribute reads)."""
+        credential = caller.credential
+        member = credential.member or credential.name
         depth = call_depth_of(caller, headers)
-        limits = self.bounds.incoming.get(member)
-        self._check(member, depth, limits)
-        counts = self.counts(member)
+        bounds = self.bounds
+        if bounds.depth is not None and depth > bounds.depth:
+            self._refused("depth_exceeded", member, "depth", bounds.depth)
+            raise Refused("depth_exceeded", member, depth=str(depth), limit=str(bounds.depth))
+        counts = self._counts.get(member)
+        if counts is None:
+            counts = self._counts[member] = EdgeCounts()
+        limits = bounds.incoming.get(member)
+        if limits is not None:
+            self._check(member, limits, counts)
         counts.pending += 1
-        if limits is not None and limits.per_minute is not None:
-            # Spaced, not bursted: the next call is admitted 60/per_minute s after this.
-            counts.next_at = time.monotonic() + _MINUTE / limits.per_minute
         return EdgeCall(member, depth, limits, counts)
 
-    def _check(self, member: str, depth: int, limits: EdgeLimits | None) -> None:
-        ceiling = self.bounds.depth
-        if ceiling is not None and depth > ceiling:
-            self._refused("depth_exceeded", member, "depth", ceiling)
-            raise Refused("depth_exceeded", member, depth=str(depth), limit=str(ceiling))
-        if limits is None:
-            return
-        counts = self._counts.get(member) or EdgeCounts()
-        if limits.calls is not None and counts.created >= limits.calls:
-            self._refused("limit_reached", member, "calls", limits.calls)
-            raise Refused("limit_reached", member, member=member, limit=str(limits.calls))
-        if limits.calls is not None and counts.created + counts.pending >= limits.calls:
-            # Calls in flight may still fail and give their place back: not yet final.
-            self._slow(member, "calls", limits.calls, _CONCURRENT_RETRY_SECONDS)
+    def _check(self, member: str, limits: EdgeLimits, counts: EdgeCounts) -> None:
+        """Check 10 for an edge with limits; spaces ``per_minute`` calls from this one."""
+        calls = limits.calls
+        if calls is not None:
+            if counts.created >= calls:
+                self._refused("limit_reached", member, "calls", calls)
+                raise Refused("limit_reached", member, member=member, limit=str(calls))
+            if counts.created + counts.pending >= calls:
+                # Calls in flight may still fail and give their place back: not yet final.
+                self._slow(member, "calls", calls, _CONCURRENT_RETRY_SECONDS)
         if limits.concurrent is not None and counts.live + counts.pending >= limits.concurrent:
             self._slow(member, "concurrent", limits.concurrent, _CONCURRENT_RETRY_SECONDS)
         if limits.per_minute is not None:
-            wait = counts.next_at - time.monotonic()
-            if wait > 0:
-                self._slow(member, "per_minute", limits.per_minute, wait)
+            now = time.monotonic()
+            if counts.next_at > now:
+                self._slow(member, "per_minute", limits.per_minute, counts.next_at - now)
+            # Spaced, not bursted: the next call is admitted 60/per_minute s after this.
+            counts.next_at = now + _MINUTE / limits.per_minute
 
     def _slow(self, member: str, limit: str, value: int, wait: float) -> None:
         self._refused("rate_limited", member, limit, value)
