@@ -41,8 +41,11 @@ this text.
 
 The code follows the same order: ``DoorAuth.__call__`` runs the named steps (the head
 scan, :mod:`gateway.auth.request_reading`; the credential, checks 1-3; the method, check
-4; the permit, checks 5-8; the hand-over), each check refusing by raising
-:class:`gateway.auth.refusals.Refused` with its row of the one table of refusals.
+4; the permit, checks 5-8; the bounds, checks 9-10; the hand-over), each check refusing
+by raising :class:`gateway.auth.refusals.Refused` with its row of the one table of
+refusals. A bounded call is admitted by the last check, so that nothing refuses it once
+it holds a place, and runs in ``__call__`` itself: a bounded door adds no ASGI layer and
+no coroutine.
 """
 
 from __future__ import annotations
@@ -239,17 +242,24 @@ class DoorAuth:
                 raise Refused("misdirected_request")              # 7
             if rpc_refusal is not None:
                 raise Refused(rpc_refusal)                        # 8
+            call = self._edge_call(caller, route.method, kept)    # 9-10
         except Refused as refused:
             await self._refuse(scope, receive, send, refused.code, refused.reason,
                                refused.retry_after, **refused.fields)
             return
         _hand_over(scope, kept, caller, route, rpc)
-        guard = self._guard
-        if guard is not None and guard.bounds_call(caller, route.method):
-            await self._bounded(guard, caller, scope, receive if rpc is None
-                                else Replay(body, receive), send)
+        if rpc is not None:
+            receive = Replay(body, receive)
+        if call is None:
+            await self.app(scope, receive, send)
             return
-        await self.app(scope, receive if rpc is None else Replay(body, receive), send)
+        # A bounded call: left in EDGE_CALL for the task store while the app handles it.
+        token = EDGE_CALL.set(call)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            EDGE_CALL.reset(token)
+            call.released()
 
     # --- the same decision for a call that is no HTTP request (gRPC) -------------------
 
@@ -272,10 +282,7 @@ class DoorAuth:
     def bound(self, caller: Caller, method: str, headers: Headers) -> EdgeCall | None:
         """Checks 9-10 for a call :meth:`decide` admitted: its :class:`EdgeCall` (release
         it when the call ends), ``None`` where nothing bounds it, or :class:`Refused`."""
-        guard = self._guard
-        if guard is None or not guard.bounds_call(caller, method):
-            return None
-        return guard.admit(caller, headers)
+        return self._edge_call(caller, method, headers)
 
     def refused(self, refused: Refused, framing: str, method: str) -> None:
         """Count and log a refusal another framing answers itself (a gRPC status)."""
@@ -288,22 +295,16 @@ class DoorAuth:
 
     # --- 9-10: the bounds along the edges (a version 2 roster) -------------------------
 
-    async def _bounded(self, guard: EdgeGuard, caller: Caller, scope: Scope,
-                       receive: Receive, send: Send) -> None:
-        """Checks 9 and 10 (gateway.auth.edge_limits), then the app with the call left
-        in ``EDGE_CALL`` for the task store."""
-        try:
-            call = guard.admit(caller, scope["headers"])
-        except Refused as refused:
-            await self._refuse(scope, receive, send, refused.code, refused.reason,
-                               refused.retry_after, **refused.fields)
-            return
-        token = EDGE_CALL.set(call)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            EDGE_CALL.reset(token)
-            call.released()
+    def _edge_call(self, caller: Caller, method: str | None,
+                   headers: Headers) -> EdgeCall | None:
+        """Checks 9 and 10 (gateway.auth.edge_limits) for a member's task-starting call
+        at a bounded door: its :class:`EdgeCall`, ``None`` where nothing bounds the
+        request, or :class:`Refused`. The last check: nothing may refuse the call once
+        it holds a place (the app's handling releases it)."""
+        guard = self._guard
+        if guard is None or not guard.bounds_call(caller, method):
+            return None
+        return guard.admit(caller, headers)
 
     # --- 1-3: the credential -----------------------------------------------------------
 
