@@ -70,8 +70,12 @@ class TaskRecord:
         self.state: str = TaskState.SUBMITTED
         self.status: dict[str, Any] = {"state": self.state, "timestamp": utc_timestamp()}
         self.updated_ns = time.time_ns()
-        self.subscribers: list[asyncio.Queue[StreamEvent | None]] = []
-        self.waiters: list[tuple[asyncio.Future[None], bool]] = []
+        #: Who watches the task and who waits for it: tuples, replaced, never changed in
+        #: place; most tasks have none, and the empty tuple is one object for them all
+        #: (two lists a task were two more objects for the collector to walk, kept as
+        #: long as the task is).
+        self.subscribers: tuple[asyncio.Queue[StreamEvent | None], ...] = ()
+        self.waiters: tuple[tuple[asyncio.Future[None], bool], ...] = ()
         self.runner: asyncio.Task[None] | None = None
         self.input_waiter: asyncio.Future[dict[str, Any]] | None = None
         #: Whether the task was shown to anyone; a task never shown may answer a blocking

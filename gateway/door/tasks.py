@@ -318,23 +318,24 @@ class TaskStore(TaskListeners):
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (waiter, interrupted)
-        record.waiters.append(entry)
+        record.waiters = (*record.waiters, entry)
         try:
             await waiter
         finally:
             if entry in record.waiters:
-                record.waiters.remove(entry)
+                record.waiters = tuple(kept for kept in record.waiters if kept is not entry)
 
     def subscribe(self, record: TaskRecord) -> asyncio.Queue[StreamEvent | None]:
         """A queue of the task's StreamResponse events from now on; None when it ends."""
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
-        record.subscribers.append(queue)
+        record.subscribers = (*record.subscribers, queue)
         record.revealed = True
         return queue
 
     def unsubscribe(self, record: TaskRecord, queue: asyncio.Queue[StreamEvent | None]) -> None:
         if queue in record.subscribers:
-            record.subscribers.remove(queue)
+            record.subscribers = tuple(kept for kept in record.subscribers
+                                       if kept is not queue)
 
     # --- cancel and wind-down ----------------------------------------------------------
 
@@ -468,18 +469,19 @@ class TaskStore(TaskListeners):
                         waiter.set_result(None)
                 else:
                     keep.append((waiter, interrupted))
-            record.waiters = keep
+            record.waiters = tuple(keep)
         if terminal:
             self._ended += 1
             if record.edge is not None:
                 record.edge.task_ended()
+                record.edge = None      # counted: nothing of the call outlives the task
                 if len(self.approvals):
                     self.approvals.ended(record)
             if self.gate.after_task == "exit":
                 self._accepting = False  # the session ends after this task: take no other
             for queue in record.subscribers:
                 queue.put_nowait(None)
-            record.subscribers = []
+            record.subscribers = ()
             self._remember_finished(record)
             if self._task_listeners:
                 self.tell_task_end(record.snapshot())
