@@ -21,9 +21,24 @@ Each server runs under uvicorn in a process of its own on 127.0.0.1:0 (its port 
 from its first stdout line); the load comes from another process: ``wrk`` is not used
 (not installed here), a bounded asyncio generator with keep-alive connections and a
 minimal HTTP/1.1 reader is. Every phase is bounded in time and in request count
-(``--max-requests``); the whole run takes about four minutes (3 rounds of 3 s per row
-and method, then 3 rounds of 3 s per agent row and concurrency). Results:
+(``--max-requests``); the whole run takes about six minutes (3 rounds of 3 s per row
+and method, the paired turns of each ratio, then 3 rounds of 3 s per agent row and
+concurrency). Results:
 ``loadtests/results/bench_door.json`` and ``.md``.
+
+Every ratio of the door's own costs (``metrics_on_vs_off``, ``bounds_vs_no_bounds``,
+``durable_vs_memory``, ``chain_vs_*``, ``auth_vs_no_auth``, ``door_rest_vs_door_jsonrpc``)
+is measured apart from the rounds, with the two rows taking turns under one load
+generator while both servers stay up (``load_pair``): 12 turns of 0.5 s each, in the
+order A B B A A B ..., each turn's server CPU read from the scheduler's own count
+(``schedstat``, to the nanosecond) from its start to the start of that server's next turn,
+so that what a turn left behind (a writer's commits) is counted with it. A ratio is the
+median over the turns of two turns side by side in time. Rounds of 3 s, a minute apart
+for the same pair, met different bursts of load from elsewhere on this machine, and
+servers whose heaps had grown by different amounts: two copies of the same door moved
+up to 8 % apart from round to round. The rounds give each row's figures, and the same
+ratios round by round are kept in the JSON (``ratios_from_rounds``). ``--pair-turns``
+sets the number of turns.
 
 ``door+auth no metrics`` is the door with DoorAuth but no request counted for ``GET
 /metrics`` (gateway.metrics): ``metrics_on_vs_off`` is what counting costs (goal: within
@@ -445,6 +460,154 @@ async def load(port: int, token: str | None, method: str, binding: str, duration
     }
 
 
+# --- the paired measure: two rows taking turns ----------------------------------------
+
+#: A ratio's two rows take turns from one load generator: PAIR_TURNS turns each of
+#: PAIR_TURN_SECONDS, in the order A B B A A B ... A turn's server CPU runs from its start
+#: to the start of that server's next turn (PAIR_TAIL_SECONDS after the last one), so
+#: that what a turn left behind (a tasks.db writer's commits) is counted with it.
+PAIR_TURNS = 12
+PAIR_TURN_SECONDS = 0.5
+PAIR_TAIL_SECONDS = 0.3
+
+
+@dataclasses.dataclass
+class PairTarget:
+    """One row of a pair: where it listens, its token, its server's pid, its binding."""
+
+    port: int
+    token: str | None
+    pid: int
+    binding: str
+
+
+def server_cpu_ns(pid: int) -> int:
+    """CPU time of process ``pid`` so far, every thread of it and of its children (a
+    tasks.db writer process), in nanoseconds: the scheduler's own count
+    (``/proc/<pid>/task/*/schedstat``), exact where ``stat``'s 10 ms clock ticks are too
+    coarse for a half-second turn."""
+    total = 0
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{thread}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total + sum(server_cpu_ns(child) for child in children(pid))
+
+
+async def _connections(target: PairTarget, method: str,
+                       concurrency: int) -> tuple[list[Connection], Any]:
+    """``concurrency`` keep-alive connections to ``target`` and what each request sends
+    (GetTask of a task made here, or a new SendMessage each time)."""
+    first = Connection(*await asyncio.open_connection("127.0.0.1", target.port))
+    status, body = await first.request(send_request(target.binding, target.port,
+                                                    target.token))
+    assert status == 200, body[:300]
+    answer = json.loads(body)
+    task = (answer if target.binding == "rest" else answer["result"])["task"]
+    first.writer.close()
+    get_raw = get_request(target.binding, target.port, target.token, task["id"])
+
+    def next_request() -> bytes:
+        if method == "GetTask":
+            return get_raw
+        return send_request(target.binding, target.port, target.token)
+
+    connections = [Connection(*await asyncio.open_connection("127.0.0.1", target.port))
+                   for _ in range(concurrency)]
+    return connections, next_request
+
+
+async def _burst(connections: list[Connection], next_request: Any,
+                 seconds: float) -> tuple[int, int]:
+    """Requests on every connection, one at a time each, until ``seconds`` have passed:
+    how many completed and how many of them failed."""
+    stop = time.perf_counter() + seconds
+    done = errors = 0
+    expect = b'"TASK_STATE_COMPLETED"'
+
+    async def worker(connection: Connection) -> None:
+        nonlocal done, errors
+        while time.perf_counter() < stop:
+            status, body = await connection.request(next_request())
+            done += 1
+            if status != 200 or expect not in body:
+                errors += 1
+
+    await asyncio.gather(*(worker(connection) for connection in connections))
+    return done, errors
+
+
+def _turn_costs(played: list[tuple[int, dict[str, float]]],
+                pids: list[int]) -> list[list[dict[str, float]]]:
+    """Each side's turns with their server CPU per request: from a turn's start to the
+    start of the next turn on the same server (one server may serve both rows: two
+    bindings), or to now after the last."""
+    now = {pid: server_cpu_ns(pid) for pid in set(pids)}
+    measured: list[list[dict[str, float]]] = [[], []]
+    for index, (side, turn) in enumerate(played):
+        pid = pids[side]
+        later = (other["cpu_at_start"] for other_side, other in played[index + 1:]
+                 if pids[other_side] == pid)
+        cpu_at_end = next(later, now[pid])
+        measured[side].append({**turn, "cpu_us": (cpu_at_end - turn["cpu_at_start"])
+                               / 1e3 / max(turn["done"], 1)})
+    return measured
+
+
+async def load_pair(targets: tuple[PairTarget, PairTarget], method: str,
+                    concurrency: int, turns: int = PAIR_TURNS,
+                    turn_seconds: float = PAIR_TURN_SECONDS) -> dict[str, Any]:
+    """Two rows taking turns (see PAIR_TURNS): each turn's requests/s and server CPU per
+    request, and each ratio (first row / second) as the median over the turns of the
+    ratio of two turns side by side in time, which a burst of load from elsewhere on the
+    machine, or a server whose heap grows, meets alike."""
+    prepared = [await _connections(target, method, concurrency) for target in targets]
+    for connections, next_request in prepared:            # warm-up, not counted
+        await _burst(connections, next_request, WARMUP_SECONDS)
+    played: list[tuple[int, dict[str, float]]] = []       # (side, turn), in time order
+    for turn in range(2 * turns):
+        side = (turn + 1) // 2 % 2                           # 0 1 1 0 0 1 1 0 ...
+        connections, next_request = prepared[side]
+        cpu_at_start = server_cpu_ns(targets[side].pid)
+        began = time.perf_counter()
+        done, errors = await _burst(connections, next_request, turn_seconds)
+        played.append((side, {"rps": done / (time.perf_counter() - began), "done": done,
+                              "errors": errors, "cpu_at_start": cpu_at_start}))
+    await asyncio.sleep(PAIR_TAIL_SECONDS)
+    measured = _turn_costs(played, [target.pid for target in targets])
+    for connections, _ in prepared:
+        for connection in connections:
+            connection.writer.close()
+    turns_side_by_side = list(zip(*measured, strict=True))
+    return {
+        "turns": turns, "turn_seconds": turn_seconds,
+        "rps": [round(statistics.median(turn["rps"] for turn in side), 1)
+                for side in measured],
+        "cpu_us_per_request": [round(statistics.median(turn["cpu_us"] for turn in side), 1)
+                               for side in measured],
+        "errors": sum(turn["errors"] for side in measured for turn in side),
+        "ratio": round(statistics.median(a["rps"] / b["rps"]
+                                         for a, b in turns_side_by_side), 3),
+        "ratio_cpu": round(statistics.median(b["cpu_us"] / a["cpu_us"]
+                                             for a, b in turns_side_by_side), 3),
+        "ratio_each_turn": [round(a["rps"] / b["rps"], 3) for a, b in turns_side_by_side],
+    }
+
+
+def run_load_pair(args: argparse.Namespace) -> None:
+    import uvloop
+
+    tokens = [sys.stdin.readline().strip() or None for _ in range(2)]
+    targets = tuple(PairTarget(port, token, pid, binding) for port, token, pid, binding in
+                    zip(args.pair_ports, tokens, args.pair_pids, args.pair_bindings,
+                        strict=True))
+    assert len(targets) == 2
+    result = uvloop.run(load_pair((targets[0], targets[1]), args.method, args.concurrency,
+                                  args.pair_turns))
+    print(json.dumps(result), flush=True)
+
+
 def run_load(args: argparse.Namespace) -> None:
     import uvloop
 
@@ -520,6 +683,38 @@ def measure(kind: str, pid: int, port: int, token: str, method: str, binding: st
     result["cpu_bound_rps_per_core"] = round(1e6 / cpu_us, 1) if cpu_us else None
     result["binding"] = "HTTP+JSON" if binding == "rest" else "JSON-RPC"
     result["concurrency"] = concurrency
+    return result
+
+
+#: Every ratio of the door's own costs, (name, top row, bottom row): measured by the rows
+#: taking turns (load_pair); the rounds give each row's figures and, for the record, the
+#: same ratios round by round (``ratios_from_rounds``).
+PAIRED_RATIOS = (("metrics_on_vs_off", "door+auth", "door+auth no metrics"),
+                 ("bounds_vs_no_bounds", "door+auth bounds", "door+auth"),
+                 ("durable_vs_memory", "door+auth durable", "door+auth"),
+                 ("chain_vs_no_chain", "door+auth chained trace", "door+auth trace"),
+                 ("chain_vs_before", "door+auth chained trace", "door+auth trace before"),
+                 ("auth_vs_no_auth", "door+auth", "door"),
+                 ("door_rest_vs_door_jsonrpc", "door+auth REST", "door+auth"))
+
+
+def measure_pair(rows: tuple[str, str], servers: dict[str, tuple[subprocess.Popen[str], int,
+                                                                   str]],
+                 method: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Two rows taking turns under one load generator (``--load-pair``, load_pair)."""
+    targets = [(servers[ROWS[row][0]], ROWS[row][1]) for row in rows]
+    command = [sys.executable, __file__, "--load-pair", "--method", method,
+               "--concurrency", str(args.concurrency), "--pair-turns", str(args.pair_turns)]
+    for (process, port, _), binding in targets:
+        command += ["--pair-port", str(port), "--pair-pid", str(process.pid),
+                    "--pair-binding", binding]
+    tokens = "".join(f"{token}\n" for (_, _, token), _ in targets)
+    completed = subprocess.run(
+        command, cwd=ROOT, input=tokens, capture_output=True, text=True, check=False,
+        timeout=2 * (WARMUP_SECONDS + args.pair_turns * (PAIR_TURN_SECONDS + 0.2)) + 60)
+    if completed.returncode != 0:
+        raise SystemExit(f"paired load {rows} {method} failed:\n{completed.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -640,6 +835,27 @@ def table(results: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, float
     return "\n".join(lines) + "\n"
 
 
+def paired_table(paired: dict[str, dict[str, Any]]) -> str:
+    """The ratios measured with their two rows taking turns, each with its rows' figures
+    and every turn's ratio."""
+    if not paired:
+        return ""
+    lines = ["", "## The door's own costs, rows taking turns", "",
+             f"Each ratio above whose name is here comes from this table: its two rows "
+             f"took turns of {PAIR_TURN_SECONDS} s under one load generator (A B B A ...); "
+             "the ratio is the median over the turns of two turns side by side in time; "
+             "server CPU from the scheduler's count, a writer process's included.", "",
+             "| ratio | req/s | CPU | rows' req/s | rows' CPU us/req | errors | "
+             "req/s ratio, turn by turn |", "|---|---:|---:|---|---|---:|---|"]
+    for name, pair in paired.items():
+        rps = " / ".join(str(value) for value in pair["rps"])
+        cpu = " / ".join(str(value) for value in pair["cpu_us_per_request"])
+        each = " ".join(str(value) for value in pair["ratio_each_turn"])
+        lines.append(f"| {name} | {pair['ratio']} | {pair['ratio_cpu']} | {rps} | {cpu} | "
+                     f"{pair['errors']} | {each} |")
+    return "\n".join(lines) + "\n"
+
+
 def agent_section(args: argparse.Namespace) -> dict[str, Any]:
     """The agent process rows: their own servers (the first section's are gone by now),
     interleaved as the first section's are, SendMessage over JSON-RPC at concurrency 1
@@ -746,6 +962,7 @@ def orchestrate(args: argparse.Namespace) -> None:
     servers: dict[str, tuple[subprocess.Popen[str], int, str]] = {}
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
         row: {method: [] for method in METHODS} for row in rows}
+    paired: dict[str, dict[str, Any]] = {}
     try:
         for kind in kinds:
             servers[kind] = start_server(kind)
@@ -761,6 +978,12 @@ def orchestrate(args: argparse.Namespace) -> None:
                           f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
                           f"server CPU {row['server_cpu_us_per_request']} us/req  "
                           f"errors {row['errors']}", flush=True)
+        paired.update({f"{name}_{method}": measure_pair((top, bottom), servers, method, args)
+                       for method in METHODS for name, top, bottom in PAIRED_RATIOS
+                       if top in rows and bottom in rows})
+        for name, pair in paired.items():
+            print(f"turns: {name:40} {pair['ratio']:>6} req/s  {pair['ratio_cpu']:>6} CPU  "
+                  f"errors {pair['errors']}", flush=True)
     finally:
         stop_servers(servers)
     results: dict[str, dict[str, dict[str, Any]]] = {}
@@ -795,6 +1018,11 @@ def orchestrate(args: argparse.Namespace) -> None:
                    for a, b in pairs if a["server_cpu_us_per_request"]]
             ratios[f"{name}_{method}"] = round(statistics.median(wall), 3) if wall else 0.0
             ratios[f"{name}_{method}_cpu"] = round(statistics.median(cpu), 3) if cpu else 0.0
+    # The door's own costs: from the rows taking turns, the steadier measure.
+    from_rounds = dict(ratios)
+    for name, pair in paired.items():
+        ratios[name] = pair["ratio"]
+        ratios[f"{name}_cpu"] = pair["ratio_cpu"]
     in_process = in_process_metrics_cost()
     ratios["metrics_on_vs_off_GetTask_cpu_in_process"] = in_process["ratio"]
     # What the counting (measured in process, where the noise of a shared machine is
@@ -812,7 +1040,8 @@ def orchestrate(args: argparse.Namespace) -> None:
                 "max_requests_per_phase": args.max_requests,
                 "load_generator": "asyncio (uvloop), keep-alive HTTP/1.1, another process",
                 "server": "uvicorn (httptools, uvloop), one process each",
-                "results": results, "ratios": ratios, "metrics_in_process": in_process,
+                "results": results, "ratios": ratios, "ratios_from_rounds": from_rounds,
+                "paired": paired, "metrics_in_process": in_process,
                 "agent_process": agents,
                 "wall_seconds": round(time.monotonic() - began, 1)}
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -821,7 +1050,7 @@ def orchestrate(args: argparse.Namespace) -> None:
             "bench_door_durable" if args.durable_only else
             "bench_door_trace" if args.trace_only else "bench_door")
     (RESULTS / f"{name}.json").write_text(json.dumps(document, indent=2) + "\n")
-    markdown = table(results, ratios, cores) + (
+    markdown = table(results, ratios, cores) + paired_table(paired) + (
         f"\nIn process, GetTask: {in_process['cpu_us_per_request_on']} us CPU a request "
         f"with the counting, {in_process['cpu_us_per_request_off']} us without; the "
         f"counting {in_process['counting_us_per_request']} us (median of the rounds' "
@@ -852,6 +1081,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", choices=SERVERS + TRACE_SERVERS + AGENT_SERVERS)
     parser.add_argument("--load", action="store_true")
+    parser.add_argument("--load-pair", action="store_true")
+    parser.add_argument("--pair-port", dest="pair_ports", type=int, action="append")
+    parser.add_argument("--pair-pid", dest="pair_pids", type=int, action="append")
+    parser.add_argument("--pair-binding", dest="pair_bindings", choices=BINDINGS,
+                        action="append")
+    parser.add_argument("--pair-turns", type=int, default=PAIR_TURNS,
+                        help="turns each row of a ratio takes (of "
+                             f"{PAIR_TURN_SECONDS} s each; default {PAIR_TURNS})")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--method", choices=METHODS, default="GetTask")
     parser.add_argument("--binding", choices=BINDINGS, default="jsonrpc")
@@ -878,6 +1115,9 @@ def main() -> None:
     elif args.load:
         asyncio.set_event_loop_policy(None)
         run_load(args)
+    elif args.load_pair:
+        asyncio.set_event_loop_policy(None)
+        run_load_pair(args)
     else:
         orchestrate(args)
 

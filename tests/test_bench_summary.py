@@ -3,22 +3,13 @@ judged, goals in prose or for information left out, and the count of goals that 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.scripts import ROOT, load_script
 
 
 def summary_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_summary", ROOT / "loadtests"
-                                                  / "summary.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("loadtests/summary.py", "bench_summary")
 
 
 RESULTS = """
