@@ -168,6 +168,30 @@ def test_a_token_quoted_in_a_message_is_never_written(tmp_path: Path) -> None:
         assert b"mft1." not in (tmp_path / name).read_bytes(), name
 
 
+def test_a_task_json_cannot_write_fast_is_written_by_the_json_module(tmp_path: Path) -> None:
+    """The writer's encoder (orjson) refuses an integer past 64 bits, a lone surrogate and
+    a key that is not a string: each such task is still written, whole."""
+    cases = {"big": {"n": 2**70}, "surrogate": {"s": "a\ud800b"}, "int-key": {1: "one"},
+             "accents": {"s": "café ü 你好"}}
+    db = TaskDb.open(tmp_path)
+    for name, metadata in cases.items():
+        db.put(WithMetadata(name, "operator", "TASK_STATE_COMPLETED", metadata=metadata))
+    db.close()
+    again = TaskDb.open(tmp_path)
+    stored = {row.id: row.task["metadata"] for row in again.load()}
+    again.close()
+    assert stored == {"big": {"n": 2**70}, "surrogate": {"s": "a\ud800b"},
+                      "int-key": {"1": "one"}, "accents": {"s": "café ü 你好"}}
+
+
+@dataclass
+class WithMetadata(Task):
+    metadata: dict[Any, Any] = field(default_factory=dict)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {**super().snapshot(), "metadata": self.metadata}
+
+
 class FailingOnce:
     """A connection whose first batch of writes fails, as on a full disk."""
 
