@@ -123,7 +123,10 @@ class TaskDb:
         """Queue ``task`` to be written with its state at ship time; returns at once."""
         if self._closed:
             return
-        self._pending[task.id] = task
+        pending = self._pending
+        pending[task.id] = task
+        if self._scheduled is not None and len(pending) < BATCH_ROWS:
+            return                  # a ship is on its way (a door puts a task 3-4 times)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
