@@ -136,10 +136,15 @@ def _positive(value: Any, name: str) -> int | None:
 
 
 def call_depth_of(caller: Caller | None, headers: list[tuple[bytes, bytes]]) -> int:
-    """A call's depth: 0 for anyone but a member; for a member, the runtime's stamp (1
-    when it is missing or unreadable: a member's call is at least one deep)."""
+    """A call's depth: 0 for anyone but a member; for a member, the runtime's stamp."""
     if caller is None or caller.credential.kind != "member":
         return 0
+    return _stamped_depth(headers)
+
+
+def _stamped_depth(headers: list[tuple[bytes, bytes]]) -> int:
+    """A member's call's depth as its runtime stamped it (1 when the stamp is missing or
+    unreadable: a member's call is at least one deep)."""
     for name, value in headers:
         if name == _DEPTH_HEADER:
             return min(int(value), _MAX_DEPTH) if value.isdigit() and len(value) < 8 else 1
@@ -231,7 +236,7 @@ class EdgeGuard:
         out of line (a call that passes costs a few attribute reads)."""
         credential = caller.credential
         member = credential.member or credential.name
-        depth = call_depth_of(caller, headers)
+        depth = _stamped_depth(headers)     # bounds_call let only a member's call here
         bounds = self.bounds
         if bounds.depth is not None and depth > bounds.depth:
             self._refused("depth_exceeded", member, "depth", bounds.depth)
