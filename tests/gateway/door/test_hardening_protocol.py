@@ -211,6 +211,15 @@ def test_an_answer_with_a_lone_surrogate_is_escaped_json_that_reads_back_the_sam
     assert dumps({"text": "é"}) == '{"text":"é"}'.encode(), "the common case stays UTF-8"
 
 
+def test_an_answer_the_fast_encoder_refuses_is_written_whole_by_the_json_module() -> None:
+    """dumps writes with orjson and hands what orjson refuses to the json module: an
+    integer past 64 bits (an agent's artifact data may hold one) and a key that is not
+    a string; a float that is not a number is null, never the NaN no JSON reader reads."""
+    assert dumps({"n": 2**70}) == b'{"n":1180591620717411303424}'
+    assert json.loads(dumps({1: "one", "s": "é"})) == {"1": "one", "s": "é"}
+    assert dumps({"x": float("nan"), "y": 1.5}) == b'{"x":null,"y":1.5}'
+
+
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
 def test_line_separator_in_a_stream_event_cannot_split_it(separator: str) -> None:
     event = sse_result(1, {"text": f"one{separator}two"})
