@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 #: Each public name and the module it lives in.
 _EXPORTS: dict[str, str] = {
     "RpcError": "gateway.a2a.jsonrpc",
+    "dumps": "gateway.a2a.jsonrpc",
     "Part": "gateway.a2a.models",
     "CredentialError": "gateway.auth.credentials",
     "DeclaredBearer": "gateway.auth.credentials",
@@ -175,6 +176,7 @@ __all__ = [
     "build_gateway_door",
     "call_span",
     "check_callees",
+    "dumps",
     "default_inner_transport",
     "egress_reaches_loopback",
     "event_data",
@@ -216,7 +218,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the same names, typed, for mypy and editors
-    from gateway.a2a.jsonrpc import RpcError
+    from gateway.a2a.jsonrpc import RpcError, dumps
     from gateway.a2a.models import Part
     from gateway.auth.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
     from gateway.auth.door_auth import AuthPolicy

@@ -242,9 +242,7 @@ class DoorAuth:
                 raise Refused("misdirected_request")              # 7
             if rpc_refusal is not None:
                 raise Refused(rpc_refusal)                        # 8
-            guard = self._guard                                   # 9-10
-            call = (guard.admit(caller, kept) if guard is not None
-                    and guard.bounds_call(caller, route.method) else None)
+            call = self._edge_call(caller, route.method, kept)    # 9-10
         except Refused as refused:
             await self._refuse(scope, receive, send, refused.code, refused.reason,
                                refused.retry_after, **refused.fields)

@@ -39,7 +39,7 @@ from gateway.auth.refusals import Refused
 from gateway.caller import Caller
 from gateway.protocol import CALL_DEPTH_HEADER, MEMBER_NAME_RE
 
-__all__ = ["EDGE_CALL", "DoorBounds", "EdgeCall", "EdgeGuard", "EdgeLimits", "call_depth_of"]
+__all__ = ["EDGE_CALL", "DoorBounds", "EdgeCall", "EdgeGuard", "EdgeLimits"]
 
 #: The methods that start a task: the only ones bounded.
 _BOUNDED_METHODS: Final = frozenset({"SendMessage", "SendStreamingMessage"})
@@ -135,16 +135,10 @@ def _positive(value: Any, name: str) -> int | None:
     return value
 
 
-def call_depth_of(caller: Caller | None, headers: list[tuple[bytes, bytes]]) -> int:
-    """A call's depth: 0 for anyone but a member; for a member, the runtime's stamp."""
-    if caller is None or caller.credential.kind != "member":
-        return 0
-    return _stamped_depth(headers)
-
-
 def _stamped_depth(headers: list[tuple[bytes, bytes]]) -> int:
     """A member's call's depth as its runtime stamped it (1 when the stamp is missing or
-    unreadable: a member's call is at least one deep)."""
+    unreadable: a member's call is at least one deep; anyone else's calls are depth 0 and
+    never come here)."""
     for name, value in headers:
         if name == _DEPTH_HEADER:
             return min(int(value), _MAX_DEPTH) if value.isdigit() and len(value) < 8 else 1
