@@ -242,7 +242,9 @@ class DoorAuth:
                 raise Refused("misdirected_request")              # 7
             if rpc_refusal is not None:
                 raise Refused(rpc_refusal)                        # 8
-            call = self._edge_call(caller, route.method, kept)    # 9-10
+            # 9-10 (a door without bounds pays one test here, not a call)
+            call = (None if self._guard is None
+                    else self._edge_call(caller, route.method, kept))
         except Refused as refused:
             await self._refuse(scope, receive, send, refused.code, refused.reason,
                                refused.retry_after, **refused.fields)
