@@ -405,15 +405,22 @@ def send_params() -> dict[str, Any]:
                         "parts": [{"text": "ping"}]}}
 
 
-async def load(port: int, token: str | None, method: str, binding: str, duration: float,
-               concurrency: int, max_requests: int) -> dict[str, Any]:
+async def first_task(port: int, token: str | None,
+                     binding: str) -> tuple[Connection, bytes]:
+    """One SendMessage run to its end on a new connection (left open), and the GetTask of
+    that task, which every GetTask of a phase reads."""
     first = Connection(*await asyncio.open_connection("127.0.0.1", port))
     status, body = await first.request(send_request(binding, port, token))
     assert status == 200, body[:300]
     answer = json.loads(body)  # HTTP+JSON: the result itself, without the envelope
     task = (answer if binding == "rest" else answer["result"])["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED", body[:300]
-    get_raw = get_request(binding, port, token, task["id"])
+    return first, get_request(binding, port, token, task["id"])
+
+
+async def load(port: int, token: str | None, method: str, binding: str, duration: float,
+               concurrency: int, max_requests: int) -> dict[str, Any]:
+    first, get_raw = await first_task(port, token, binding)
     expect = b'"TASK_STATE_COMPLETED"'
     latencies: list[float] = []
     errors = 0
@@ -499,14 +506,8 @@ async def _connections(target: PairTarget, method: str,
                        concurrency: int) -> tuple[list[Connection], Any]:
     """``concurrency`` keep-alive connections to ``target`` and what each request sends
     (GetTask of a task made here, or a new SendMessage each time)."""
-    first = Connection(*await asyncio.open_connection("127.0.0.1", target.port))
-    status, body = await first.request(send_request(target.binding, target.port,
-                                                    target.token))
-    assert status == 200, body[:300]
-    answer = json.loads(body)
-    task = (answer if target.binding == "rest" else answer["result"])["task"]
+    first, get_raw = await first_task(target.port, target.token, target.binding)
     first.writer.close()
-    get_raw = get_request(target.binding, target.port, target.token, task["id"])
 
     def next_request() -> bytes:
         if method == "GetTask":
