@@ -492,7 +492,8 @@ def server_cpu_ns(pid: int) -> int:
     """CPU time of process ``pid`` so far, every thread of it and of its children (a
     tasks.db writer process), in nanoseconds: the scheduler's own count
     (``/proc/<pid>/task/*/schedstat``), exact where ``stat``'s 10 ms clock ticks are too
-    coarse for a half-second turn."""
+    coarse for a half-second turn. A thread's count is brought up to date when it is
+    switched out, as a server under load is all the time."""
     total = 0
     for thread in os.listdir(f"/proc/{pid}/task"):
         try:
