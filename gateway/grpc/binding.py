@@ -17,6 +17,8 @@ A call is judged in this order, the first failure answering (docs/grpc.md):
 
 A unary answer is the result as the method's response message; a stream sends each
 event as a ``StreamResponse`` and ends when the task does or when the client cancels.
+Both are handed to grpcio as wire bytes already (:func:`gateway.grpc.messages.from_result`),
+so no method has a response serializer.
 An A2A error is its gRPC status (:mod:`gateway.grpc.status`); any other exception is
 ``INTERNAL`` with no text of it.
 """
@@ -71,12 +73,10 @@ class GrpcBinding:
         for name, method in METHODS.items():
             if method.streaming:
                 handlers[name] = grpc.unary_stream_rpc_method_handler(
-                    _stream_behaviour(self, method), request_deserializer=method.request.FromString,
-                    response_serializer=_serialize)
+                    _stream_behaviour(self, method), request_deserializer=method.request.FromString)
             else:
                 handlers[name] = grpc.unary_unary_rpc_method_handler(
-                    _unary_behaviour(self, method), request_deserializer=method.request.FromString,
-                    response_serializer=_serialize)
+                    _unary_behaviour(self, method), request_deserializer=method.request.FromString)
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     # --- one call -----------------------------------------------------------------------
@@ -148,10 +148,6 @@ def _stream_behaviour(binding: GrpcBinding, method: GrpcMethod) -> Any:
         async for message in binding.stream(method, request, context, admitted):
             yield message
     return behaviour
-
-
-def _serialize(message: Any) -> bytes:
-    return bytes(message.SerializeToString())
 
 
 #: A method reached without the interceptor's decision (a server built without it).

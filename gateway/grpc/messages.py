@@ -3,9 +3,10 @@
 In this order: the descriptors (:mod:`gateway.grpc.descriptors`, generated) are added to a
 descriptor pool of the door's own, once; the service's methods are read from it
 (:data:`METHODS`: each method's request and response classes and whether it streams);
-then the two conversions the binding makes, between a protobuf message and the
-ProtoJSON dict every other binding reads and writes (:func:`to_params`,
-:func:`from_result`, by :mod:`gateway.grpc.protojson`).
+then the two conversions the binding makes: a request message to the ProtoJSON dict every
+other binding reads (:func:`to_params`, by :mod:`gateway.grpc.protojson`), and a result,
+the ProtoJSON dict every other binding writes, to its response's wire bytes
+(:func:`from_result`, by :mod:`gateway.grpc.wire`, else through the message).
 
 Why a pool of our own and not the default one: a2a-sdk registers the same
 ``lf.a2a.v1`` names in protobuf's default pool, and a process may hold both (a test
@@ -24,6 +25,7 @@ from google.protobuf.message import Message
 
 from gateway.grpc.descriptors import A2A_PROTO_VERSION, FILES
 from gateway.grpc.protojson import to_dict, to_message
+from gateway.grpc.wire import to_wire
 
 __all__ = ["A2A_PROTO_VERSION", "METHODS", "POOL", "SERVICE", "GrpcMethod", "from_result",
            "message_class", "to_params"]
@@ -81,8 +83,13 @@ def to_params(request: Message) -> dict[str, Any]:
     return to_dict(request, POOL)
 
 
-def from_result(result: Any, response: type[Message]) -> Message:
-    """A method's ProtoJSON result as the response message. A field the proto does not
-    know is dropped, not refused after the work was done: a gateway member passes on
-    what its upstream said, which may hold fields of a later version."""
-    return to_message(result, response, POOL)
+def from_result(result: Any, response: type[Message]) -> bytes:
+    """A method's ProtoJSON result as the response message's wire bytes: written
+    straight (:func:`gateway.grpc.wire.to_wire`), or for what that does not cover built
+    as the message and serialized. A field the proto does not know is dropped, not
+    refused after the work was done: a gateway member passes on what its upstream said,
+    which may hold fields of a later version."""
+    data = to_wire(result, response.DESCRIPTOR)
+    if data is None:
+        data = bytes(to_message(result, response, POOL).SerializeToString())
+    return data

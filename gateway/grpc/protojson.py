@@ -72,9 +72,13 @@ def _build(descriptor: Any, value: Any) -> Message:
     arguments: dict[str, Any] = {}
     for key, item in value.items():
         field = plan.get(key)
-        if field is None or item is None:
+        if field is None:
             continue
-        name, convert, repeated, is_map = field
+        name, convert, repeated, is_map, takes_null = field
+        if item is None:
+            if takes_null:     # a Value's null, which json_format writes
+                raise _Unplanned
+            continue
         if is_map:
             arguments[name] = {str(k): convert(v) for k, v in item.items()}
         elif repeated:
@@ -90,7 +94,10 @@ def _plan(descriptor: Any) -> tuple[type[Message], dict[str, Any]]:
     for field in descriptor.fields:
         is_map = (field.type == _MESSAGE and field.message_type.GetOptions().map_entry)
         target = field.message_type.fields_by_name["value"] if is_map else field
-        entry = (field.name, _converter(target), _repeated(field) and not is_map, is_map)
+        takes_null = (field.type == _MESSAGE and not _repeated(field)
+                      and field.message_type.full_name == "google.protobuf.Value")
+        entry = (field.name, _converter(target), _repeated(field) and not is_map, is_map,
+                 takes_null)
         plan[field.json_name] = entry
         plan[field.name] = entry
     return message_factory.GetMessageClass(descriptor), plan

@@ -75,6 +75,7 @@ def test_a_result_becomes_the_message_json_format_makes(value: dict[str, Any], c
     {"id": "t", "status": {"state": 3}},
     {"id": "t", "unknownField": {"x": 1}, "contextId": "c"},
     {"id": "t", "metadata": {"x": float("inf")}},
+    {"id": "t", "artifacts": [{"artifactId": "a", "parts": [{"data": None}]}]},
 ])
 def test_what_the_plan_does_not_cover_still_converts(value: dict[str, Any]) -> None:
     assert to_message(value, TASK, POOL) == judged(value, TASK)
