@@ -26,8 +26,7 @@ An A2A error is its gRPC status (:mod:`gateway.grpc.status`); any other exceptio
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +84,7 @@ class GrpcBinding:
                     admitted: Admitted | None) -> Any:
         """Steps 2-4 for a unary method, then its answer."""
         admitted = await _decided(context, admitted)
-        with _edge_call(admitted):
+        with _EdgeCallScope(admitted):
             try:
                 params = self._open(method, request, admitted)
                 unary, _ = self._methods.handlers(method.name)
@@ -101,7 +100,7 @@ class GrpcBinding:
         """Steps 2-4 for a streaming method, its place in the door's stream bounds, then
         each event as a ``StreamResponse``."""
         admitted = await _decided(context, admitted)
-        with _edge_call(admitted):
+        with _EdgeCallScope(admitted):
             try:
                 params = self._open(method, request, admitted)
                 _, streaming = self._methods.handlers(method.name)
@@ -163,17 +162,23 @@ async def _decided(context: Any, admitted: Admitted | None) -> Admitted:
     return admitted
 
 
-@contextmanager
-def _edge_call(admitted: Admitted) -> Iterator[None]:
+class _EdgeCallScope:
     """The call along a bounded edge, left in ``EDGE_CALL`` for the task store while the
-    method runs, and released when it ends (as DoorAuth does on HTTP)."""
-    token = EDGE_CALL.set(admitted.edge)
-    try:
-        yield
-    finally:
-        EDGE_CALL.reset(token)
-        if admitted.edge is not None:
-            admitted.edge.released()
+    method runs, and released when it ends (as DoorAuth does on HTTP). A class, not a
+    generator under ``contextmanager``: every call enters it (a third of the cost)."""
+
+    __slots__ = ("_edge", "_token")
+
+    def __init__(self, admitted: Admitted) -> None:
+        self._edge = admitted.edge
+
+    def __enter__(self) -> None:
+        self._token = EDGE_CALL.set(self._edge)
+
+    def __exit__(self, *_exc: object) -> None:
+        EDGE_CALL.reset(self._token)
+        if self._edge is not None:
+            self._edge.released()
 
 
 async def _failed(context: Any, method: GrpcMethod, exc: Exception) -> None:

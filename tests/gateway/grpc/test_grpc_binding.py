@@ -258,6 +258,20 @@ async def test_the_edge_limits_hold_on_grpc() -> None:
     assert read.id == first.task.id, "reading is not a call that starts a task"
 
 
+async def test_a_grpc_call_that_makes_no_task_gives_its_place_on_the_edge_back() -> None:
+    """A call the guard let through that then fails (no message to start a task with)
+    holds a place on the edge only while it runs: the one call the edge allows is
+    still there for the next."""
+    bounds = DoorBounds(incoming={PEER: EdgeLimits(calls=1)})
+    async with served_door(grpc=True, bounds=bounds) as served, stub(served) as door:
+        token = metadata(served.tokens["formation"])
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await door.SendMessage(SendMessageRequest(), metadata=token)
+        answered = await door.SendMessage(request("one"), metadata=token)
+    assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert answered.task.status.state == COMPLETED
+
+
 # --------------------------------------------------------------------- 3. the binding's own checks
 
 
