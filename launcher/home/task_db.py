@@ -14,10 +14,11 @@ In this order:
    :data:`FLUSH_SECONDS` later (at once past :data:`BATCH_ROWS` queued tasks); with no
    loop running (a script, a test), the task is shipped at once;
 3. the ship: each queued task's latest state read (``snapshot()``; a door replaces a
-   task's lists, never changes them in place, so a snapshot taken here is whole) and
-   written to the writer's pipe as one batch, pickled (the writer encodes each task as
-   JSON and redacts every token shape in it: no token in any file); the writer is
-   started at the first ship, so a session that keeps no task never starts one;
+   task's lists, never changes them in place, so a snapshot taken here is whole),
+   encoded as JSON, and written to the writer's pipe as one batch (the writer redacts
+   every token shape in it: no token in any file); a task no JSON can hold is said on
+   the log and left out; the writer is started at the first ship, so a session that
+   keeps no task never starts one;
 4. :meth:`TaskDb.load`: every task kept, oldest first, for ``mur run --resume`` (read
    here, on this process's own connection, once the writer has committed what was
    shipped);
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import select
 import sqlite3
@@ -41,13 +43,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from launcher.errors import LauncherError
-from launcher.home.task_writer import BOUND, FRAME, frame, spawn_writer, write_all
+from launcher.home.task_writer import BOUND, FRAME, frame, shipped, spawn_writer, write_all
 from launcher.sandbox import descendants
 
 if TYPE_CHECKING:
     from gateway import JournaledTask
 
 __all__ = ["StoredTask", "TaskDb", "TaskDbUnreadable", "put_aside"]
+
+logger = logging.getLogger("murmur.member")
 
 FILE_NAME: Final = "tasks.db"
 SCHEMA_VERSION: Final = 1
@@ -147,10 +151,17 @@ class TaskDb:
         tasks, self._pending = list(self._pending.values()), {}
         if not tasks:
             return
-        # The snapshot as it is (pickled on the way, far cheaper than JSON here): the
-        # writer encodes it, and redacts it, off this loop.
-        self._send(("rows", [(task.id, task.owner, task.terminal, task.updated_ns,
-                              task.snapshot()) for task in tasks]))
+        # Each as JSON (orjson: cheaper here than pickling the snapshot's dicts, and the
+        # writer then reads bytes); the writer redacts them off this loop.
+        rows = []
+        for task in tasks:
+            try:
+                rows.append(shipped(task.id, task.owner, task.terminal, task.updated_ns,
+                                    task.snapshot()))
+            except (TypeError, ValueError) as exc:
+                logger.warning("tasks.db: task %s left out: it holds what JSON cannot "
+                               "(%s)", task.id, type(exc).__name__)
+        self._send(("rows", rows))
         self.writes += 1
 
     def _send(self, message: tuple[Any, ...]) -> None:

@@ -4,19 +4,20 @@ runtime at the first task it keeps, that writes the batches the runtime sends it
 Why a process: a second thread in the runtime, even one that only wakes every 50 ms,
 takes the GIL from the door's busy event loop and costs every request more than the
 writing itself (loadtests/bench_door.py --durable-only; docs/durable-tasks.md). In a
-process of its own, SQLite's work and the JSON encoding run beside the loop, not in its
-way; the runtime only pickles each changed task's snapshot and writes one batch to a
-pipe.
+process of its own, SQLite's work and the redaction run beside the loop, not in its way;
+the runtime only encodes each changed task as JSON (orjson: cheaper than pickling the
+task's dicts was) and writes one batch to a pipe.
 
 In order:
 
 1. the protocol: frames on a pipe, each a 4-byte big-endian length and a pickled message
    (the two ends are this runtime and the writer it started, nothing else writes the
    pipe):
-   ``("rows", [(id, owner, terminal, updated_ns, task), ...])`` to upsert (``task`` the
-   A2A Task as the door holds it, encoded here: :func:`encode`), ``("flush", n)`` to
-   be answered with ``n`` on the answer pipe once everything before it is committed,
-   ``("close", bound)`` to keep the bound a last time and end;
+   ``("rows", [(id, context_id, owner, state, terminal, updated_ns, task), ...])`` to
+   upsert (``task`` the A2A Task as JSON, :func:`shipped`, made by the runtime; redacted
+   here, :func:`encode`), ``("flush", n)`` to be answered with ``n`` on the answer pipe
+   once everything before it is committed, ``("close", bound)`` to keep the bound a
+   last time and end;
 2. :class:`TaskWriter`, the writing itself, on a connection of its own (testable in
    process): each batch one transaction; every :data:`BOUND_EVERY` batches the bound;
    a batch that fails (a full disk) is said once on stderr, kept, and written again
@@ -30,6 +31,7 @@ In order:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import select
@@ -57,7 +59,9 @@ UPSERT: Final = ("INSERT INTO tasks (id, context_id, owner, state, terminal, upd
 BOUND: Final = ("DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE terminal = 1 "
                 "ORDER BY updated_ns DESC LIMIT -1 OFFSET ?)")
 Row = tuple[Any, ...]
-Shipped = tuple[str, str, bool, int, dict[str, Any]]
+#: A task as the runtime ships it: id, context id, owner, state, terminal, when its state
+#: last changed, and the A2A Task as JSON.
+Shipped = tuple[str, str, str, str, bool, int, bytes]
 
 
 # --------------------------------------------------------------------- 1. the protocol
@@ -97,25 +101,29 @@ def read_frame(fd: int) -> tuple[Any, ...] | None:
 
 # --------------------------------------------------------------------- 2. the writing
 
-def encode(shipped: Shipped) -> Row:
-    """A task as the runtime shipped it, as its row: the Task as JSON, every token shape
-    in it redacted as the trace is (a message may quote one; no token in any file but
-    ``operator.token``): every token shape holds one of the two words looked for."""
-    task_id, owner, terminal, updated_ns, task = shipped
-    text = json_text(task)
-    if "mft1." in text or "bearer" in text.lower():
-        task = redact_value(task)
-        text = json_text(task)
+def shipped(task_id: str, owner: str, terminal: bool, updated_ns: int,
+            task: dict[str, Any]) -> Shipped:
+    """A task as the runtime ships it (its JSON made by ``gateway.dumps``: orjson, the
+    json module for what orjson refuses). A value no JSON holds raises TypeError."""
     status = task.get("status")
     state = str(status.get("state", "")) if isinstance(status, dict) else ""
-    return (task_id, str(task.get("contextId", "")), owner, state, 1 if terminal else 0,
-            updated_ns, text)
+    return (task_id, str(task.get("contextId", "")), owner, state, terminal, updated_ns,
+            dumps(task))
 
 
-def json_text(task: dict[str, Any]) -> str:
-    """``task`` as compact JSON, as the door writes its answers (``gateway.dumps``: orjson,
-    the writer's largest cost a task with the json module, 5.8 us against 0.5; the json
-    module for what orjson refuses)."""
+def encode(task: Shipped) -> Row:
+    """A task as shipped, as its row: every token shape in it redacted as the trace is (a
+    message may quote one; no token in any file but ``operator.token``): every token
+    shape holds one of the two words looked for."""
+    task_id, context_id, owner, state, terminal, updated_ns, data = task
+    text = data.decode("utf-8")
+    if "mft1." in text or "bearer" in text.lower():
+        text = json_text(redact_value(json.loads(text)))
+    return (task_id, context_id, owner, state, 1 if terminal else 0, updated_ns, text)
+
+
+def json_text(task: Any) -> str:
+    """``task`` as compact JSON, as the door writes its answers (``gateway.dumps``)."""
     return dumps(task).decode("utf-8")
 
 

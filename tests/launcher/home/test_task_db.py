@@ -7,6 +7,7 @@ with the file's name and nothing of its contents."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sqlite3
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from launcher.home.task_db import FILE_NAME, FLUSH_SECONDS, TaskDb, TaskDbUnreadable
-from launcher.home.task_writer import TaskWriter
+from launcher.home.task_writer import TaskWriter, shipped
 
 
 @dataclass
@@ -184,6 +185,19 @@ def test_a_task_json_cannot_write_fast_is_written_by_the_json_module(tmp_path: P
                       "int-key": {"1": "one"}, "accents": {"s": "café ü 你好"}}
 
 
+def test_a_task_no_json_can_hold_is_left_out_and_said_the_others_are_kept(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db = TaskDb.open(tmp_path)
+    db.put(WithMetadata("odd", "operator", "TASK_STATE_COMPLETED", metadata={"x": object()}))
+    db.put(task("fine"))
+    with caplog.at_level(logging.WARNING, logger="murmur.member"):
+        db.close()
+    again = TaskDb.open(tmp_path)
+    assert [stored.id for stored in again.load()] == ["fine"]
+    again.close()
+    assert "task odd left out: it holds what JSON cannot (TypeError)" in caplog.text
+
+
 @dataclass
 class WithMetadata(Task):
     metadata: dict[Any, Any] = field(default_factory=dict)
@@ -215,8 +229,8 @@ def test_a_failed_write_keeps_its_tasks_and_writes_them_next_time(
     db.close()
     failing = FailingOnce(sqlite3.connect(tmp_path / FILE_NAME, isolation_level=None))
     writer = TaskWriter(failing, tmp_path / FILE_NAME, 1000)  # type: ignore[arg-type]
-    writer.write([("a", "operator", True, 1, {"id": "a", "contextId": "ctx",
-                                              "status": {"state": "TASK_STATE_COMPLETED"}})])
+    writer.write([shipped("a", "operator", True, 1, {
+        "id": "a", "contextId": "ctx", "status": {"state": "TASK_STATE_COMPLETED"}})])
     assert failing.failed and writer.waiting
     assert "a write failed (OperationalError: database or disk is full)" in \
         capsys.readouterr().err
