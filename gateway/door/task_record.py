@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gateway.auth.edge_limits import EdgeCall
 
 __all__ = ["StreamEvent", "TaskRecord", "agent_message", "answer_messages", "message_text",
-           "new_id"]
+           "new_id", "new_task_id"]
 
 StreamEvent = dict[str, Any]
 #: What a task weighs before its messages and artifacts: the record, its status dicts.
@@ -30,6 +30,16 @@ _RECORD_WEIGHT = 1024
 def new_id() -> str:
     """A fresh id: 128 random bits in 32 hex digits (as unguessable as a UUID4)."""
     return os.urandom(16).hex()
+
+
+def new_task_id() -> str:
+    """A task's id: 32 hex digits as :func:`new_id`'s, the first 12 the time it was made
+    (milliseconds since the epoch), the other 20 random (80 bits: unguessable still).
+    In the order tasks are made, so a ``tasks.db`` keeps its index of ids by adding at
+    its end: with random ids every batch rewrote pages all over that index (SQLite's
+    CPU a task 8.5 -> 5.1 us, docs/durable-tasks.md). What the id tells beyond a random
+    one is when the task was made, to the millisecond."""
+    return f"{time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF:012x}{os.urandom(10).hex()}"
 
 
 def agent_message(text: str, context_id: str, task_id: str | None) -> dict[str, Any]:
@@ -59,7 +69,7 @@ class TaskRecord:
 
     def __init__(self, message: dict[str, Any], caller: Caller,
                  metadata: dict[str, Any] | None) -> None:
-        self.id = new_id()
+        self.id = new_task_id()
         self.context_id: str = message.get("contextId") or new_id()
         self.owner = caller.credential.owner
         self.caller = caller

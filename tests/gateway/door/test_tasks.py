@@ -412,3 +412,25 @@ async def test_a_failing_listener_does_not_keep_a_task_from_ending() -> None:
     assert record.state == TaskState.COMPLETED
     assert seen == ["TASK_STATE_COMPLETED"]
     assert store.held == 0
+
+
+async def test_task_ids_are_in_the_order_tasks_were_made_and_unguessable() -> None:
+    """32 hex digits as before: the milliseconds of their making, then 80 random bits,
+    so tasks.db's index of ids grows at its end (docs/durable-tasks.md)."""
+    import re
+    import time
+
+    async def done(run: TaskRun) -> str:
+        return "ok"
+
+    store = store_with(done, concurrency=1, queue_depth=100)
+    made = []
+    for _ in range(3):
+        made.append(store.send(user_message("x"), OPERATOR).id)
+        time.sleep(0.002)
+    same_moment = {store.send(user_message("x"), OPERATOR).id for _ in range(50)}
+    assert all(re.fullmatch(r"[0-9a-f]{32}", task_id) for task_id in made)
+    assert made == sorted(made)
+    assert abs(int(made[0][:12], 16) - time.time_ns() // 1_000_000) < 60_000
+    assert len(same_moment) == 50
+    assert len({task_id[12:] for task_id in same_moment}) == 50
