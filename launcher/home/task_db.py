@@ -161,8 +161,9 @@ class TaskDb:
             except (TypeError, ValueError) as exc:
                 logger.warning("tasks.db: task %s left out: it holds what JSON cannot "
                                "(%s)", task.id, type(exc).__name__)
-        self._send(("rows", rows))
-        self.writes += 1
+        if rows:
+            self._send(("rows", rows))
+            self.writes += 1
 
     def _send(self, message: tuple[Any, ...]) -> None:
         if self._writer is None:
