@@ -12,14 +12,10 @@ from google.protobuf import json_format
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.grpc.messages import POOL, message_class
+from gateway.grpc.messages import POOL
 from gateway.grpc.protojson import to_dict, to_message
-
-TASK = message_class("lf.a2a.v1.Task")
-STREAM = message_class("lf.a2a.v1.StreamResponse")
-LIST = message_class("lf.a2a.v1.ListTasksResponse")
-SEND = message_class("lf.a2a.v1.SendMessageRequest")
-CARD = message_class("lf.a2a.v1.AgentCard")
+from tests.support.grpc_messages import CARD, LIST, STREAM, TASK
+from tests.support.grpc_messages import SEND_REQUEST as SEND
 
 A_TASK: dict[str, Any] = {
     "id": "t1", "contextId": "c1",

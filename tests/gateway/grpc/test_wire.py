@@ -17,13 +17,8 @@ from hypothesis import strategies as st
 from gateway.grpc.messages import POOL, from_result, message_class
 from gateway.grpc.protojson import to_message
 from gateway.grpc.wire import to_wire
-
-TASK = message_class("lf.a2a.v1.Task")
-STREAM = message_class("lf.a2a.v1.StreamResponse")
-SEND = message_class("lf.a2a.v1.SendMessageResponse")
-LIST = message_class("lf.a2a.v1.ListTasksResponse")
-CARD = message_class("lf.a2a.v1.AgentCard")
-PUSH = message_class("lf.a2a.v1.TaskPushNotificationConfig")
+from tests.support.grpc_messages import CARD, LIST, PUSH, STREAM, TASK
+from tests.support.grpc_messages import SEND_RESPONSE as SEND
 
 ARTIFACT: dict[str, Any] = {
     "artifactId": "a1", "name": "essay", "description": "",
