@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.calls import wait_until
 from tests.support.formation import (
     CODER_AGENT,
     PLANNER_AGENT,
@@ -188,7 +189,9 @@ def test_a_template_begun_with_another_environment_is_ended_not_used() -> None:
     environ = launch_environment(launcher_env(), isolation="off", json_mode=True)
     home = environ["MURMUR_HOME"]
     with EarlyTemplate(environ) as early:
-        assert templates_of(home) != []
+        # Popen returns when the exec is past its point of no return, a moment before the
+        # kernel writes the new command line: until then /proc shows it empty.
+        wait_until(lambda: templates_of(home), timeout=10)
         assert early.take({**environ, "MURMUR_ISOLATION": "auto"}) is None
     assert templates_of(home) == []
 
