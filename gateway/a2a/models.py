@@ -10,9 +10,9 @@ dict is the cheapest way to answer; :meth:`WireModel.wire` gives the dict of a m
 
 What a caller chooses and the door keeps is bounded here (docs/door.md, "Protocol"):
 every identifier (:data:`Identifier`, at most :data:`IDENTIFIER_LIMIT` characters) and
-the nesting of free-form JSON (``metadata``, a part's ``data``: at most
-:data:`JSON_DEPTH_LIMIT` levels). A task state in a filter reads an unknown name as
-unspecified (:func:`parse_task_state_filter`); anywhere else it is strict.
+free-form JSON (``metadata``, a part's ``data``: at most :data:`JSON_DEPTH_LIMIT`
+levels, no key holding a lone surrogate). A task state in a filter reads an unknown name
+as unspecified (:func:`parse_task_state_filter`); anywhere else it is strict.
 """
 
 from __future__ import annotations
@@ -60,31 +60,51 @@ JSON_DEPTH_LIMIT = 32
 Identifier = Annotated[str, Field(max_length=IDENTIFIER_LIMIT)]
 
 
-def _too_deep(value: Any, room: int) -> bool:
-    """Whether ``value`` nests more than ``room`` levels of objects and arrays (it stops
-    looking as soon as it knows)."""
+def _free_json_fault(value: Any, room: int) -> str | None:
+    """What makes ``value`` no free-form JSON a door keeps, or None: more than ``room``
+    levels of objects and arrays, or a key holding a lone UTF-16 surrogate (a
+    ``"\\ud800"`` escape parses to one). It stops looking as soon as it knows.
+
+    Why keys: pydantic writes a key of free-form JSON only as UTF-8, which has no form
+    for a lone surrogate, so the message holding one could not be stored (a value holding
+    one is written as any other string; docs/door.md, "Protocol")."""
     if isinstance(value, dict):
+        for key in value:   # isascii is a flag test: an ASCII key costs no encode
+            if type(key) is str and not key.isascii() and _lone_surrogate(key):
+                return ("a key holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape), "
+                        "which UTF-8 cannot carry: pair it or leave it out")
         items: Any = value.values()
     elif isinstance(value, list):
         items = value
     else:
-        return False
+        return None
     if room == 0:
-        return True
+        return f"nests deeper than {JSON_DEPTH_LIMIT} levels of objects and arrays"
     for item in items:  # only containers nest: scalars cost no call
-        if isinstance(item, dict | list) and _too_deep(item, room - 1):
-            return True
+        if isinstance(item, dict | list):
+            fault = _free_json_fault(item, room - 1)
+            if fault is not None:
+                return fault
+    return None
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
     return False
 
 
-def _shallow(value: Any) -> Any:
-    if _too_deep(value, JSON_DEPTH_LIMIT):
-        raise ValueError(f"nests deeper than {JSON_DEPTH_LIMIT} levels of objects and arrays")
+def _keepable(value: Any) -> Any:
+    fault = _free_json_fault(value, JSON_DEPTH_LIMIT)
+    if fault is not None:
+        raise ValueError(fault)
     return value
 
 
-#: Free-form JSON a caller stores on a task, bounded in depth.
-FreeJson = Annotated[Any, AfterValidator(_shallow)]
+#: Free-form JSON a caller stores on a task, bounded in depth, every key UTF-8.
+FreeJson = Annotated[Any, AfterValidator(_keepable)]
 
 
 #: What @a2a-js/sdk sends for a status filter it was not given (protobuf-ts's name for
@@ -141,8 +161,8 @@ class WireModel(BaseModel):
 
 
 JsonObject = dict[str, Any]
-#: A free-form JSON object a caller stores on a task (``metadata``), bounded in depth.
-FreeObject = Annotated[dict[str, Any], AfterValidator(_shallow)]
+#: A free-form JSON object a caller stores on a task (``metadata``), as FreeJson.
+FreeObject = Annotated[dict[str, Any], AfterValidator(_keepable)]
 
 # --- content -----------------------------------------------------------------------
 

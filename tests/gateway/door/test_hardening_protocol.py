@@ -172,6 +172,38 @@ async def test_lone_surrogate_in_an_identifier_is_refused_naming_the_field(field
     assert strict_json(listed.content)["result"]["totalSize"] == 0
 
 
+@pytest.mark.parametrize(("where", "field"), [
+    ("data", "message.parts.0.data"), ("part metadata", "message.parts.0.metadata"),
+    ("message metadata", "message.metadata"), ("request metadata", "metadata")])
+async def test_lone_surrogate_in_a_free_json_key_is_refused_not_an_internal_error(
+        where: str, field: str) -> None:
+    """A key holding a lone surrogate, anywhere in free-form JSON: pydantic writes such a
+    key only as UTF-8 and raised UnicodeEncodeError (-32603) storing the message. Now it
+    is the caller's -32602 naming the field; a value holding one is kept."""
+    nested = {"list": [{"k\ud800": 1}]}
+    params = send_params("x")
+    if where == "data":
+        params["message"]["parts"] = [{"data": nested}]
+    elif where == "part metadata":
+        params["message"]["parts"][0]["metadata"] = nested
+    elif where == "message metadata":
+        params["message"]["metadata"] = nested
+    else:
+        params["metadata"] = nested
+    door = make_door(echo)
+    async with client_for(door.app) as client:
+        refused = await post_raw(client, escaped(envelope("SendMessage", params)))
+        kept = await post_raw(client, escaped(envelope("SendMessage", send_params(
+            "x", immediately=True, metadata={"list": [{"k": "\ud800"}]}))))
+        listed = await client.post("/", json=envelope("ListTasks"))
+    error = strict_json(refused.content)["error"]
+    assert error["code"] == -32602, error
+    assert f"{field}:" in error["message"] and "lone UTF-16 surrogate" in error["message"]
+    assert "result" in strict_json(kept.content), kept.text
+    (task,) = strict_json(listed.content)["result"]["tasks"]
+    assert task["history"][0]["metadata"] == {"list": [{"k": "\ud800"}]}
+
+
 async def test_lone_surrogate_in_the_request_id_is_answered_not_a_500() -> None:
     door = make_door(echo)
     async with client_for(door.app) as client:
