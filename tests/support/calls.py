@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from tests.support.formation import (
+    descendants_of,
     kill_group_quietly,
     launcher_env,
     read_formation_line,
@@ -441,15 +442,19 @@ class Formation:
         return found[since:]
 
     def stop(self) -> None:
+        """Kill the launcher, its members and all they started. What they started is
+        found first: a gateway member's upstream runs in a session of its own, and
+        killed with the launcher (its subreaper) and its member it was left to init."""
+        doomed = {*self.pids.values(), *descendants_of(self.process.pid)}
         if self.process.poll() is None:
             kill_group_quietly(self.process)
             self.process.wait(30)
-        for pid in self.pids.values():
+        for pid in doomed:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        wait_gone(self.pids.values(), 10)
+        wait_gone(doomed, 10)
 
 
 def send_task(door: str, token: str, text: str, *, timeout: float = 60.0) -> dict[str, Any]:

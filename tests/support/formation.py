@@ -309,6 +309,27 @@ def alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
+def descendants_of(root: int) -> list[int]:
+    """Every process below ``root`` now, from each process's parent in ``/proc``."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                parents[int(entry)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue    # gone meanwhile
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        below = [pid for pid, parent in parents.items() if parent == frontier[-1]]
+        frontier.pop()
+        found += below
+        frontier += below
+    return found
+
+
 def wait_gone(pids: Iterable[int], timeout: float) -> float:
     """Seconds until every pid is gone; AssertionError naming the survivors."""
     start = time.monotonic()
