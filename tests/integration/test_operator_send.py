@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,19 +75,35 @@ def test_task_id_continues_a_task_that_asks_for_input(project: Project) -> None:
     assert member.wait() == 0
 
 
-def test_a_busy_member_is_offered_the_task_again_until_it_takes_it(project: Project) -> None:
+def test_a_busy_member_is_offered_the_task_again_until_it_takes_it(
+        project: Project, tmp_path: Path) -> None:
     project.capsule("asker", agent=ASKING_AGENT)  # concurrency 1, queue_depth 0
     member = project.run("asker")
     session = str(member.ready["session_id"])
-    member.rpc("SendMessage", {"message": {"messageId": "m1", "role": "ROLE_USER",
-                                           "parts": [{"text": "sleep 1.5"}]},
-                               "configuration": {"returnImmediately": True}})
-    wait_for(lambda: support.running_task_ids(member))
+    # A task that asks for input holds the member's one place until it is cancelled,
+    # however long each `mur send` takes to start (a task that slept could end before
+    # the second send first tried, and then it was never told the member was busy).
+    held = member.rpc("SendMessage", {"message": {"messageId": "m1", "role": "ROLE_USER",
+                                                  "parts": [{"text": "a hat"}]}})
+    assert held["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     refused = project.mur("send", session, "sleep 0", "--timeout", "1s")
-    waited = project.mur("send", session, "sleep 0", "--timeout", "30s")
     assert refused.returncode == 1 and "stayed busy" in refused.stderr
-    assert waited.returncode == 0, waited.stderr
-    assert waited.stdout == "slept\n" and "busy: offering the task again" in waited.stderr
+    told = tmp_path / "waited.stderr"
+    with told.open("w") as sink:
+        waited = subprocess.Popen(
+            [sys.executable, "-m", "launcher.cli", "send", session, "sleep 0",
+             "--timeout", "60s"], env=support.member_env(project.home),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=sink, text=True)
+    try:
+        wait_for(lambda: "busy: offering the task again" in told.read_text(), timeout=30)
+        member.rpc("CancelTask", {"id": held["result"]["task"]["id"]})
+        out, _ = waited.communicate(timeout=60)
+    finally:
+        if waited.poll() is None:
+            waited.kill()
+            waited.wait()
+    assert waited.returncode == 0, told.read_text()
+    assert out == "slept\n"
     member.signal()
     assert member.wait() == 0
 
