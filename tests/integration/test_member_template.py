@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.calls import wait_until
 from tests.support.formation import (
     CODER_AGENT,
     PLANNER_AGENT,
@@ -26,6 +25,7 @@ from tests.support.formation import (
     start_launcher,
     wait_gone,
 )
+from tests.support.member import wait_for
 from tests.support.memory import memory_holds
 
 pytestmark = pytest.mark.integration
@@ -191,7 +191,7 @@ def test_a_template_begun_with_another_environment_is_ended_not_used() -> None:
     with EarlyTemplate(environ) as early:
         # Popen returns when the exec is past its point of no return, a moment before the
         # kernel writes the new command line: until then /proc shows it empty.
-        wait_until(lambda: templates_of(home), timeout=10)
+        wait_for(lambda: templates_of(home), timeout=10)
         assert early.take({**environ, "MURMUR_ISOLATION": "auto"}) is None
     assert templates_of(home) == []
 

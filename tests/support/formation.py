@@ -323,8 +323,8 @@ def descendants_of(root: int) -> list[int]:
     found: list[int] = []
     frontier = [root]
     while frontier:
-        below = [pid for pid, parent in parents.items() if parent == frontier[-1]]
-        frontier.pop()
+        above = frontier.pop()
+        below = [pid for pid, parent in parents.items() if parent == above]
         found += below
         frontier += below
     return found
