@@ -41,6 +41,8 @@ raises on purpose with one ``except``, and the tree (as httpx draws its own):
         ├── FormationRefused ........ a virtual address this member may not use
         ├── EgressRefused ........... a real URL outside capabilities.network.allow
         ├── CallLimitReached ........ the member made its limits.calls (roster v2)
+        ├── ModelBoundReached ....... proxy.inference: a model member's endpoint request
+        │                             refused at egress (no key, a count past its bound)
         └── DoorUnavailable ......... a callee's door address did not arrive in time
 
 Each exception is defined in the module that raises it (the proxy's need httpx, which

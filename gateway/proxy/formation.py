@@ -64,10 +64,12 @@ from gateway.proxy.formation_client import FormationClient as FormationClient
 from gateway.proxy.formation_headers import forwarded_headers as _forwarded_headers
 from gateway.proxy.formation_headers import header_key as _header_key
 from gateway.proxy.formation_headers import without_runtime_headers as _without_runtime_headers
+from gateway.proxy.inference import InferenceEgress as InferenceEgress
 from gateway.proxy.proxy_errors import CallLimitReached as CallLimitReached
 from gateway.proxy.proxy_errors import DoorUnavailable as DoorUnavailable
 from gateway.proxy.proxy_errors import EgressRefused as EgressRefused
 from gateway.proxy.proxy_errors import FormationRefused as FormationRefused
+from gateway.proxy.proxy_errors import ModelBoundReached as ModelBoundReached
 from gateway.proxy.proxy_errors import ProxyError as ProxyError
 from gateway.proxy.virtual_names import check_raw_url as check_raw_url
 from gateway.proxy.virtual_names import exact_virtual_name as exact_virtual_name
@@ -188,8 +190,8 @@ class _Shared:
     """What every view of one member's proxy shares: pool, credentials, grant."""
 
     __slots__ = ("addresses", "allow", "authorizations", "bounds", "door_wait", "doors",
-                 "inner", "known", "metrics", "on_call", "on_refused", "send_parts",
-                 "tokens", "virtual_hosts")
+                 "inference", "inner", "known", "metrics", "on_call", "on_refused",
+                 "send_parts", "tokens", "virtual_hosts")
 
     def __init__(self, inner: httpx.AsyncBaseTransport, doors: DoorDirectory,
                  allow: AllowList, on_call: CallHook | None, door_wait: float,
@@ -214,6 +216,8 @@ class _Shared:
         self.known: dict[str, _Door] = {}
         self.addresses = DoorAddresses()
         self.on_refused: RefusalHook | None = None
+        #: A model member's endpoint: its key attached and its counts kept there.
+        self.inference: InferenceEgress | None = None
 
     def __repr__(self) -> str:  # never the tokens
         return "_Shared(...)"
@@ -249,6 +253,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
         metrics: DoorMetrics | None = None,
         bounds: CallBounds | None = None,
         on_refused: RefusalHook | None = None,
+        inference: InferenceEgress | None = None,
     ) -> None:
         check_callees(tokens)
         self._shared = _Shared(inner, doors, AllowList(allow), on_call, door_wait, tokens,
@@ -257,6 +262,7 @@ class FormationTransport(httpx.AsyncBaseTransport):
         # Told of each request step 1 refuses (the name or host addressed), for the
         # operator's record; the component sees only the one refusal message.
         self._shared.on_refused = on_refused
+        self._shared.inference = inference
         self._owns_inner = True
 
     @property
@@ -269,6 +275,11 @@ class FormationTransport(httpx.AsyncBaseTransport):
         """The egress allow-list this proxy checks (the forward proxy's CONNECT uses it,
         so a tunnel and a request obey one grant)."""
         return self._shared.allow
+
+    @property
+    def inference(self) -> InferenceEgress | None:
+        """A model member's endpoint (the forward proxy refuses a tunnel to it)."""
+        return self._shared.inference
 
     def __repr__(self) -> str:
         return f"FormationTransport(callees={sorted(self._shared.tokens)!r})"
@@ -297,6 +308,8 @@ class FormationTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         if self._owns_inner:
             await self._shared.inner.aclose()
+            if self._shared.inference is not None:
+                await self._shared.inference.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -517,6 +530,14 @@ class FormationTransport(httpx.AsyncBaseTransport):
                 f"capabilities.network.allow does not allow "
                 f"{request.url.host}:{request.url.port or _default_port(request.url.scheme)}",
                 request=request)
+        inference = self._shared.inference
+        if inference is not None and inference.matches(request.url):
+            return await inference.send(_without_runtime_headers(request),
+                                        CALLING_TASK.get())
+        if request.url.scheme != "http":
+            raise EgressRefused(f"an {request.url.scheme}:// URL goes through CONNECT "
+                                f"{request.url.host}:{request.url.port or 443}, not as a "
+                                "request to this proxy", request=request)
         response = await self._shared.inner.handle_async_request(
             _without_runtime_headers(request))
         _mark_redirect(request, response)

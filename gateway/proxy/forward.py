@@ -68,6 +68,7 @@ from gateway.proxy.proxy_errors import (
     DoorUnavailable,
     EgressRefused,
     FormationRefused,
+    ModelBoundReached,
 )
 from gateway.proxy.virtual_names import exact_virtual_name
 
@@ -124,6 +125,8 @@ class ForwardProxy:
                  task_trust: Callable[[str], str | None] | None = None) -> None:
         self._transport = transport
         self._allow = transport.allow
+        inference = transport.inference
+        self._endpoint = None if inference is None else inference.origin[1:]
         # Two views made once: per request, picking one is all the trust costs.
         self._trusted = transport.with_trust(TRUSTED)
         self._untrusted = transport.with_trust(UNTRUSTED)
@@ -239,7 +242,8 @@ class ForwardProxy:
                           "this proxy needs the credentials in HTTP_PROXY",
                           ((b"Proxy-Authenticate", PROXY_AUTHENTICATE.encode()),))
         if head.method == _CONNECT:
-            await _tunnel(head, reader, writer, self._allow, self._limits.connect_seconds)
+            await _tunnel(head, reader, writer, self._allow, self._limits.connect_seconds,
+                          self._endpoint)
             return False
         return await self._forward(head, reader, writer)
 
@@ -396,6 +400,9 @@ class ForwardProxy:
             return _Answer(403, "egress_refused", str(exc))
         if isinstance(exc, CallLimitReached):
             return _Answer(403, "limit_reached", str(exc))
+        if isinstance(exc, ModelBoundReached):
+            return _Answer(403, "model_refused", str(exc),
+                           detail={"code": exc.code, "key": exc.key, "fields": exc.fields})
         if isinstance(exc, DoorUnavailable):
             return _Answer(502, "door_unavailable", str(exc))
         if isinstance(exc, httpx.TransportError):

@@ -46,15 +46,21 @@ class ForwardAnswer(GatewayError):
     request's body may be unread)."""
 
     def __init__(self, status: int, error: str, message: str,
-                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+                 headers: tuple[tuple[bytes, bytes], ...] = (),
+                 detail: dict[str, object] | None = None) -> None:
         super().__init__(error)
         self.status = status
         self.error = error
         self.message = message
         self.headers = headers
+        #: What a client reads besides the message (a model refusal's code and counts).
+        self.detail = detail
 
     def encode(self) -> bytes:
-        body = json.dumps({"error": self.error, "message": self.message}).encode()
+        answer: dict[str, object] = {"error": self.error, "message": self.message}
+        if self.detail is not None:
+            answer["detail"] = self.detail
+        body = json.dumps(answer).encode()
         extra = b"".join(name + b": " + value + b"\r\n" for name, value in self.headers)
         return (b"HTTP/1.1 %d %s\r\n" % (self.status, HTTPStatus(self.status).phrase.encode())
                 + extra + b"Proxy-Status: murmur; error=" + self.error.encode("ascii")
@@ -227,7 +233,8 @@ def forwarded_to_target(head: RequestHead) -> tuple[list[tuple[bytes, bytes]], l
 
 
 def target_url(target: str) -> httpx.URL:
-    """The URL of an absolute-form ``http://`` target, refused before its body is read
+    """The URL of an absolute-form ``http://`` target (or ``https://``, which the member's
+    FormationTransport sends only to a model member's endpoint), refused before its body is read
     when it names ``formation.invalid`` in any but the exact form. The check reads the
     URL *text*, as FormationClient does: httpx folds case and drops ``:80`` when it
     parses, after which ``CODER.formation.invalid:80`` would pass for a callee's address.
@@ -236,7 +243,7 @@ def target_url(target: str) -> httpx.URL:
         check_raw_url(target)
     except FormationRefused:
         raise refused_virtual() from None
-    if target[:7].lower() != "http://":
+    if target[:7].lower() != "http://" and target[:8].lower() != "https://":
         raise bad_request("this proxy takes an absolute http:// URL, or CONNECT host:port")
     try:
         return httpx.URL(target)

@@ -1,7 +1,9 @@
 """The forward proxy's ``CONNECT host:port``: a TCP tunnel where the allow-list admits it.
 
-In order: :func:`tunnel`, which refuses a virtual address (those are ``http://`` only)
-and any host the member's ``capabilities.network.allow`` does not admit, opens the
+In order: :func:`tunnel`, which refuses a virtual address (those are ``http://`` only),
+a model member's endpoint (its requests go through the egress that attaches the key and
+counts: ``gateway.proxy.inference``) and any host the member's
+``capabilities.network.allow`` does not admit, opens the
 connection under the proxy's connect bound and answers ``200 Connection established``;
 then the splice, bytes copied both ways until both sides are done, an end of one
 direction passed on as a half-close.
@@ -30,10 +32,12 @@ PIPE_CHUNK: Final = 64 * 1024
 
 async def tunnel(head: RequestHead, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, allow: AllowList,
-                 connect_seconds: float) -> None:
+                 connect_seconds: float, endpoint: tuple[str, int | None] | None = None
+                 ) -> None:
     """Serve a ``CONNECT`` whose head is ``head``, or raise the proxy's answer. ``allow``
     is the member's allow-list (a tunnel and a request obey one grant);
-    ``connect_seconds`` bounds opening the connection."""
+    ``connect_seconds`` bounds opening the connection; ``endpoint``, a model member's
+    endpoint's host and port, which no tunnel reaches."""
     authority = head.target.decode("ascii")
     if names_formation(authority):
         raise _refused_virtual()        # virtual addresses are http:// only
@@ -41,6 +45,11 @@ async def tunnel(head: RequestHead, reader: asyncio.StreamReader,
     if match is None or not 0 < int(match[2]) < 65536:
         raise _bad_request("CONNECT needs host:port")
     host, port = match[1].strip("[]"), int(match[2])
+    if endpoint is not None and (host.rstrip(".").lower(), port) == endpoint:
+        raise _Answer(403, "egress_refused",
+                      f"refused: the model endpoint {host}:{port} is reached with requests "
+                      "to this proxy in absolute form (the runtime attaches its key), "
+                      "not through CONNECT")
     try:
         allowed = allow.allows(httpx.URL(f"https://{authority}/"))
     except (httpx.InvalidURL, UnicodeError):

@@ -5,7 +5,9 @@ In order: :class:`ProxyError`, their root (a ``GatewayError`` and an
 :class:`FormationRefused`, a virtual address this member may not use;
 :class:`EgressRefused`, a real URL outside ``capabilities.network.allow``;
 :class:`CallLimitReached`, a member call past the member's ``limits.calls``;
-:class:`DoorUnavailable`, a callee's door address that did not arrive in time.
+:class:`DoorUnavailable`, a callee's door address that did not arrive in time;
+:class:`ModelBoundReached`, a request to a model member's endpoint that its egress
+refuses (no key to attach, or a count past its bound: ``gateway.proxy.inference``).
 
 They live apart from ``FormationTransport`` because the check of URL text
 (``virtual_names``), the client components use (``formation_client``), the forward proxy
@@ -58,3 +60,16 @@ class CallLimitReached(ProxyError):
 
 class DoorUnavailable(ProxyError):
     """A callee's door URL did not arrive on the channel in time."""
+
+
+class ModelBoundReached(ProxyError):
+    """A request to a model member's endpoint the egress refused before sending it:
+    ``code`` is the ``E-RUN`` diagnostic the member's driver fails the task with,
+    ``key`` the manifest or roster key it names, ``fields`` its values (counts, a
+    variable's name: never the key)."""
+
+    def __init__(self, code: str, key: str, message: str, **fields: object) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.key = key
+        self.fields = fields

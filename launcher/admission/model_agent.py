@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, model_validator
 
 from launcher.admission.manifest_fields import (
+    Duration,
     EnvName,
     NonBlank,
     RelativeFile,
@@ -126,6 +127,25 @@ class ModelAgent(Strict):
         return self
 
 
+#: ``inference.max_answer_bytes`` unless the manifest says otherwise.
+DEFAULT_ANSWER_BYTES = 8 * 1024 * 1024
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
+
+
+def _header_name(value: str) -> str:
+    if not _HEADER_NAME.fullmatch(value):
+        raise refuse(f"is `{value}`, which is not a header name",
+                     "write a name such as `Authorization` or `x-api-key`")
+    if value.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+        raise refuse(f"is `{value}`, a header the request needs for itself",
+                     "write the header the endpoint reads its key from, such as "
+                     "`Authorization` or `x-api-key`")
+    return value.lower()
+
+
+HeaderName = Annotated[str, AfterValidator(_header_name)]
+
+
 class Budget(Strict):
     tokens: int | None = Field(default=None, ge=1, description="tokens (input and output) "
                                "one task may spend across its model requests")
@@ -147,6 +167,16 @@ class Inference(Strict):
                                    description="the most tokens one answer may have")
     temperature: float | None = Field(default=None, ge=0, le=2)
     budget: Budget = Field(default_factory=Budget)
+    api_key_header: HeaderName = Field(
+        default="authorization", description="the header the runtime puts the key in: "
+        "`Authorization` (as `Bearer <key>`), or another such as `x-api-key` (the bare key)")
+    max_answer_bytes: int = Field(
+        default=DEFAULT_ANSWER_BYTES, ge=1024, le=1024 * 1024 * 1024,
+        description="the most bytes one answer of the endpoint may have (default 8 MiB)")
+    timeout: Duration = Field(default=600, description="how long one whole answer may "
+                              "take, from the request to its last byte (default 600s)")
+    idle_timeout: Duration = Field(default=60, description="how long a streamed answer "
+                                   "may go silent (default 60s)")
 
 
 def model_problems(agent: ModelAgent | None, inference: Inference, *, env_allow: list[str],

@@ -218,13 +218,25 @@ MEANINGS: dict[str, tuple[str, str]] = {
                            "https://api.openai.com/v1"),
     "inference.model": ("The model's name at the endpoint.", "gpt-4o-mini"),
     "inference.api_key_env": ("The variable holding the endpoint's key, granted by "
-                              "`capabilities.env.allow`; read by the driver alone.",
+                              "`capabilities.env.allow`; read by the member runtime, which "
+                              "attaches the key at its egress: agent code never holds it.",
                               "OPENAI_API_KEY"),
+    "inference.api_key_header": ("The header the runtime puts the key in: `authorization` "
+                                 "(as `Bearer <key>`) or another (the bare key); the agent's "
+                                 "own header of that name is replaced.", "x-api-key"),
+    "inference.max_answer_bytes": ("The most bytes one answer of the endpoint may have "
+                                   "(default 8 MiB); past it the task fails (`E-RUN-068`).",
+                                   "8388608"),
+    "inference.timeout": ("How long one whole answer may take, request to last byte (a "
+                          "duration); past it the task fails (`E-RUN-069`).", "600s"),
+    "inference.idle_timeout": ("How long a streamed answer may go silent (a duration); past "
+                               "it the task fails (`E-RUN-070`).", "60s"),
     "inference.max_tokens": ("The most tokens one answer may have.", "2048"),
     "inference.temperature": ("Sampling temperature (0 to 2).", "0.2"),
     "inference.budget": ("What one task may spend.", "{tokens: 200000}"),
     "inference.budget.tokens": ("Input and output tokens one task may spend across its "
-                                "requests; past it the task fails (`E-RUN-063`).", "200000"),
+                                "requests, counted by the runtime's egress; past it the task "
+                                "fails (`E-RUN-063`).", "200000"),
     "trace": ("What the session keeps of its records.", "{retain: {max_sessions: 20}}"),
     "trace.retain": ("Which earlier sessions' records are kept.",
                      "{max_sessions: 20, max_age: 7d}"),

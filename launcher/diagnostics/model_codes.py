@@ -20,8 +20,8 @@ MODEL_CODES: tuple[CodeEntry, ...] = (
         "capabilities.env.allow), or remove inference.api_key_env for an endpoint that "
         "needs no key",
         "A model member's `inference.api_key_env` names a variable that is not set (or is "
-        "empty) where the member runs. The key is read by the member's driver alone and "
-        "sent only to the endpoint.",
+        "empty) where the member runs. The key is read by the member runtime and attached "
+        "at its egress to requests to the endpoint alone; agent code never holds it.",
     ),
     CodeEntry(
         "E-RUN-058", "error",
@@ -108,5 +108,36 @@ MODEL_CODES: tuple[CodeEntry, ...] = (
         "spend across all its tasks while the formation runs (docs/bounds.md). The request "
         "that passed it ends its task `failed`; every later task of the member fails at "
         "once, with no request to the endpoint.",
+    ),
+    CodeEntry(
+        "E-RUN-068", "error",
+        "The model endpoint's answer was too large",
+        "{member}: the model endpoint at {host} sent an answer of more than {limit} bytes "
+        "(inference.max_answer_bytes)",
+        "raise inference.max_answer_bytes in the capsule's murmur.yaml if the endpoint "
+        "means it, or lower inference.max_tokens",
+        "An answer is read up to `inference.max_answer_bytes` (default 8 MiB); past it the "
+        "request is dropped and the task ends `failed`, so an endpoint cannot fill the "
+        "member's memory.",
+    ),
+    CodeEntry(
+        "E-RUN-069", "error",
+        "The model endpoint's answer took too long",
+        "{member}: the model endpoint at {host} did not finish its answer within {seconds} "
+        "s (inference.timeout)",
+        "raise inference.timeout in the capsule's murmur.yaml for a slow model, or lower "
+        "inference.max_tokens",
+        "`inference.timeout` (default 600 s) bounds one whole answer, from the request to "
+        "its last byte, not each read: a stream that never ends ends the task.",
+    ),
+    CodeEntry(
+        "E-RUN-070", "error",
+        "The model endpoint's stream went silent",
+        "{member}: the model endpoint at {host} sent nothing for {seconds} s "
+        "(inference.idle_timeout)",
+        "raise inference.idle_timeout in the capsule's murmur.yaml for a model that pauses "
+        "long between tokens, or check the endpoint",
+        "Once an answer has begun, each part of it must come within "
+        "`inference.idle_timeout` (default 60 s) of the one before.",
     ),
 )

@@ -20,6 +20,7 @@ from gateway.proxy.call_bounds import CallBounds, DepthOf
 from gateway.proxy.call_member import CallFailed, CallHandle, MemberCalls
 from gateway.proxy.egress import virtual_address
 from gateway.proxy.formation import CALLING_TASK, DoorDirectory, FormationTransport
+from gateway.proxy.inference import InferenceEgress
 from gateway.trace.bus import TraceBus
 from gateway.trace.context import Span, TaskSpans, call_span, traceparent
 
@@ -39,12 +40,13 @@ def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
                         allow: Iterable[str], trace: TraceBus, spans: TaskSpans,
                         make_inner: Callable[[], httpx.AsyncBaseTransport],
                         metrics: DoorMetrics | None = None,
-                        bounds: tuple[int | None, DepthOf | None] | None = None
+                        bounds: tuple[int | None, DepthOf | None] | None = None,
+                        inference: InferenceEgress | None = None
                         ) -> FormationTransport:
     """The member's formation proxy; ``make_inner`` makes its pool on the first request.
     ``bounds`` (a version 2 roster): the member's ``limits.calls`` and the depth of each
     task's calls. Raises ``ValueError`` for a grant entry that is not a host or a bad
-    callee."""
+    callee. ``inference``: a model member's endpoint, its key and counts (the egress)."""
 
     def on_request(callee: str, url: str) -> bytes:
         # call_member's own requests are traced once per call (TracedCalls) and carry
@@ -73,7 +75,8 @@ def formation_transport(*, tokens: Mapping[str, str], doors: DoorDirectory,
         calls=bounds[0], depth_of=bounds[1], on_limit=on_limit)
     return FormationTransport(_FirstUse(make_inner), tokens=tokens, doors=doors,
                               allow=allow, on_call=on_request, metrics=metrics,
-                              bounds=call_bounds, on_refused=on_refused)
+                              bounds=call_bounds, on_refused=on_refused,
+                              inference=inference)
 
 
 #: What the operator's record says of a call the member's own proxy refused.

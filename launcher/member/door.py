@@ -46,6 +46,7 @@ if TYPE_CHECKING:       # httpx and the proxy are imported when a task first cal
     import httpx
 
     from gateway.proxy.formation import FormationTransport
+    from gateway.proxy.inference import InferenceEgress
     from launcher.member.calls import TracedCalls
     from launcher.member.delegation.delegator import Delegator
     from launcher.member.delegation.task_children import TaskChildren
@@ -151,8 +152,13 @@ def task_env(manifest: Manifest, environ: Mapping[str, str],
     """``task.env``: each variable ``capabilities.env.allow`` names that is set, then
     ``MURMUR_FORMATION_PEERS`` (absent when the member may call nobody), which the
     grant can neither supply nor replace."""
+    # A model member's endpoint key stays with the runtime, which attaches it at egress
+    # (docs/llm.md, "The key"): the agent process and its tools never hold it.
+    withheld = {PEERS_ENV}
+    if manifest.agent.model is not None and manifest.inference.api_key_env is not None:
+        withheld.add(manifest.inference.api_key_env)
     env = {name: environ[name] for name in manifest.capabilities.env.allow
-           if name in environ and name != PEERS_ENV}
+           if name in environ and name not in withheld}
     env.update(peers_environ(tuple(callees)))
     return env
 
@@ -205,8 +211,12 @@ class CallsSeam:
                  deadline: datetime | None, capsule: str,
                  metrics: DoorMetrics | None = None,
                  delegator: Delegator | None = None,
-                 call_depth: Callable[[str | None], int] | None = None) -> None:
+                 call_depth: Callable[[str | None], int] | None = None,
+                 inference: Callable[[], InferenceEgress] | None = None) -> None:
         self._trace = trace
+        #: Makes a model member's endpoint as its egress (its key, its counts) with the
+        #: proxy (httpx is imported then); None for every other member.
+        self._inference = inference
         bounds = place.credentials.bounds if place.credentials is not None else None
         #: A version 2 roster's bounds on the way out: the member's limits.calls, the
         #: depth its calls carry (docs/bounds.md); None for a version 1 roster.
@@ -240,7 +250,8 @@ class CallsSeam:
             self._transport = formation_transport(
                 tokens=self._tokens, doors=self._directory, allow=self._allow,
                 trace=self._trace, spans=self._spans, metrics=self._metrics,
-                make_inner=lambda: _inner_transport(calls_members), bounds=self._bounds)
+                make_inner=lambda: _inner_transport(calls_members), bounds=self._bounds,
+                inference=None if self._inference is None else self._inference())
             # A restarted callee's new door arrives as a later channel line: the proxy
             # reads it at its next request (docs/restarts.md).
             on_doors = getattr(self._directory, "on_doors", None)

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import os
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,6 +68,7 @@ from launcher.spawn.process import process_start_time
 
 if TYPE_CHECKING:  # imported when a member needs them: httpx and aiohttp cost a start CPU
     from gateway.proxy.forward import ForwardProxy
+    from gateway.proxy.inference import InferenceEgress
     from launcher.home.task_db import StoredTask, TaskDb
     from launcher.member.confinement import AgentPlan
     from launcher.member.delegation.delegator import Delegator
@@ -242,7 +244,20 @@ class AgentSide:
                          spans=session.tasks.spans.get, metrics=session.metrics,
                          deadline=session.options.deadline,
                          capsule=session.options.capsule, delegator=self._delegator(),
-                         call_depth=session.tasks.call_depth)
+                         call_depth=session.tasks.call_depth, inference=self._inference())
+
+    def _inference(self) -> Callable[[], InferenceEgress] | None:
+        """A model member's endpoint as the runtime's egress: its key read here, from
+        the runtime's environment, and its counts kept here (docs/llm.md)."""
+        session = self.session
+        if session.manifest.agent.model is None:
+            return None
+        from launcher.member.model.egress import egress_factory
+
+        credentials = session.place.credentials
+        bounds = credentials.bounds if credentials is not None else None
+        return egress_factory(session.manifest, session.plan.environ, trace=session.bus,
+                              member_tokens=bounds.tokens if bounds is not None else None)
 
     def _delegator(self) -> Delegator | None:
         """The session's children (docs/delegation.md): a python agent whose

@@ -22,7 +22,7 @@ def write_model_capsule(root: Path, name: str, base_url: str, *, accept_peers: b
                         api_key_env: str | None = KEY_ENV, allow: Sequence[str] = (
                             "localhost", "127.0.0.1"), extra: str = "",
                         env_allow: Sequence[str] | None = None, spawn: str = "",
-                        model: str = "fake-model") -> Path:
+                        model: str = "fake-model", inference: Sequence[str] = ()) -> Path:
     source = root / name
     source.mkdir(parents=True, exist_ok=True)
     for relative, body in files.items():
@@ -31,17 +31,18 @@ def write_model_capsule(root: Path, name: str, base_url: str, *, accept_peers: b
         target.write_text(body)
     if instructions is not None:
         (source / "MURMUR.md").write_text(instructions)
-    inference = ["  transport: http", f"  base_url: {json.dumps(base_url)}",
-                 f"  model: {model}", f"  max_turns: {max_turns}"]
+    inference_lines = ["  transport: http", f"  base_url: {json.dumps(base_url)}",
+                       f"  model: {model}", f"  max_turns: {max_turns}"]
     if api_key_env is not None:
-        inference.append(f"  api_key_env: {api_key_env}")
+        inference_lines.append(f"  api_key_env: {api_key_env}")
     if budget is not None:
-        inference.append(f"  budget: {{tokens: {budget}}}")
+        inference_lines.append(f"  budget: {{tokens: {budget}}}")
+    inference_lines += [f"  {line}" for line in inference]
     lines = ["manifest_version: 1", f"name: {name}", "version: 1.0.0",
              f"description: The {name} model member.", "agent:", "  model:"]
     lines.append(textwrap.indent(textwrap.dedent(tools).strip(), "    ") if tools.strip()
                  else "    {}")
-    lines += ["inference:", *inference,
+    lines += ["inference:", *inference_lines,
               "exports:", f"  peer_tasks: {{accept: {'true' if accept_peers else 'false'}}}"]
     if authenticated:
         lines += ["network:", "  authentication: {}"]

@@ -7,11 +7,12 @@ In this order (docs/agent-protocol.md, docs/isolation.md):
    process clean: every descriptor but the socketpair and stdio closed, stdout and
    stderr the pipe the runtime relays to its own stderr (the runtime's stdout is its
    launcher's; its stderr may move to the bootstrap log), the environment it inherited
-   overwritten in memory and emptied, SIGINT ignored, death with its runtime;
+   overwritten in memory and emptied, SIGINT ignored, death with its runtime, and the
+   process not dumpable (no other process of the user reads its memory);
 2. :class:`AgentHost` reads ``start``, sets the agent's own environment, confines the
-   process (Landlock, the seccomp socket filter, then every capability dropped) before
-   any capsule code is
-   imported, loads the agent, and answers ``started``;
+   process (Landlock, the seccomp filter, then every capability dropped) before any
+   capsule code is imported, loads the agent, and answers ``started``; a model member's
+   tools get a sandbox of their own nested in it;
 3. it runs each task's turns as the runtime asks, with a ``TaskContext`` whose calls
    into the runtime (:class:`RemoteRun`, :class:`RemoteCalls`) travel over the
    socketpair, and ``task.http`` an httpx client on the member's forward proxy;
@@ -57,6 +58,7 @@ from launcher.member.agent.protocol import (
 from launcher.sandbox.landlock import prctl
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 #: How long the end waits for cancelled tasks (a command agent's SIGTERM grace, and more).
 END_SECONDS = 7.0
 
@@ -82,6 +84,9 @@ def forked_child(sock: socket.socket, output: int = 2) -> NoReturn:
 
 def _clean_process(sock_fd: int, stderr_fd: int) -> int:
     """Item 1 of the module docstring; returns the socketpair's descriptor."""
+    # Non-dumpable first: a fresh interpreter (a restart) is dumpable after its exec, and
+    # its tools (same user, no capability) could then read its memory through /proc.
+    prctl(_PR_SET_DUMPABLE, 0)
     prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
@@ -166,6 +171,8 @@ class AgentHost:
         self._calls: RemoteCalls | None = None
         #: What ends with the process (a model member's tool servers).
         self._closers: list[Callable[[], Awaitable[None]]] = []
+        #: How this process was confined (a model member's tools nest theirs in it).
+        self._confine_plan: dict[str, Any] | None = None
 
     async def run(self) -> int:
         reader, writer = await asyncio.open_connection(sock=self._sock, limit=LINE_LIMIT)
@@ -210,6 +217,7 @@ class AgentHost:
             with contextlib.suppress(OSError):
                 os.chdir(workdir)
         confined = _confine(message.get("confine"))
+        self._confine_plan = message.get("confine")
         from launcher.member.capsule import (
             AgentEnvironment,
             command_agent,
@@ -235,32 +243,40 @@ class AgentHost:
                                       spawn=tuple(message.get("spawn", ())))
             self._agent = (load_python_agent(capsule_dir, agent["python"])
                            if "python" in agent
-                           else self._model_driver(agent["model"], capsule_dir))
+                           else self._model_driver(agent["model"], capsule_dir,
+                                                   message.get("proxy_url")))
         else:
             self._agent = command_agent(agent["command"], capsule_dir, self._environment)
         return confined
 
-    def _model_driver(self, settings: dict[str, Any], capsule_dir: Path
-                      ) -> Callable[..., Any]:
+    def _model_driver(self, settings: dict[str, Any], capsule_dir: Path,
+                      proxy_url: str | None) -> Callable[..., Any]:
         """A model member's driver (launcher/member/model/), in place of capsule code; its
-        tools run in this process's sandbox, in the capsule's directory (as a ``command``
-        agent does), without the endpoint's key."""
+        tools run in a sandbox of their own nested in this process's, in the capsule's
+        directory (as a ``command`` agent does). No key is here to hide from them: the
+        runtime attaches it at egress, where the driver's requests go in absolute form."""
+        from launcher.member.agent.http import AbsoluteFormTransport
         from launcher.member.model.driver import ModelDriver
         from launcher.member.model.mcp_tools import McpTools
         from launcher.member.model.settings import ModelSettings
         from launcher.member.model.tools import RUNTIME_TOOL_NAMES, CommandTools
+        from launcher.sandbox.tool_sandbox import ToolSandbox
 
         model = ModelSettings.from_wire(settings)
+        # The runtime never sends the key; a variable of that name is dropped all the same.
         tool_environ = {name: value for name, value in os.environ.items()
                         if name != model.api_key_env}
         assert self._calls is not None
-        commands = CommandTools(model.commands, cwd=str(capsule_dir), environ=tool_environ)
+        sandbox = ToolSandbox.of(self._confine_plan)
+        commands = CommandTools(model.commands, cwd=str(capsule_dir), environ=tool_environ,
+                                sandbox=sandbox)
         servers = McpTools(model.mcp, cwd=str(capsule_dir), environ=tool_environ,
                            member=self._environment.member or model.capsule,
-                           taken=RUNTIME_TOOL_NAMES | commands.names())
+                           taken=RUNTIME_TOOL_NAMES | commands.names(), sandbox=sandbox)
         driver = ModelDriver(
             model, self._environment, record=self._record, callees=self._calls.peers,
-            capsules=self._calls.spawn, sources=[commands, servers])
+            capsules=self._calls.spawn, sources=[commands, servers],
+            endpoint_pool=AbsoluteFormTransport(proxy_url) if proxy_url else None)
         self._closers.append(driver.aclose)
         return driver
 

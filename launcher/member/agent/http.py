@@ -7,10 +7,16 @@ those answers (and a redirect whose formation ``Location`` the proxy removed) ba
 the exceptions agent code saw when the proxy ran in its own process
 (``FormationRefused``, ``EgressRefused``, ``DoorUnavailable``), so an agent keeps one
 way to learn it was refused. A refused ``CONNECT`` is httpx's own ``ProxyError``.
+
+A model member's driver reaches its endpoint another way (:class:`AbsoluteFormTransport`):
+every request, ``https://`` too, goes to the forward proxy in absolute form, never as a
+tunnel, so the runtime's egress sees it, attaches the key the agent process never holds,
+and counts what it spends (docs/llm.md, "The key").
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -95,3 +101,35 @@ def task_client(pool: httpx.AsyncBaseTransport, task_id: str) -> httpx.AsyncClie
     name), as the in-process client did."""
     return FormationClient(transport=RefusalTransport(pool, task_id), timeout=TIMEOUT,
                            trust_env=False)
+
+
+class AbsoluteFormTransport(httpx.AsyncBaseTransport):
+    """Each request sent to the forward proxy as ``METHOD <absolute URL> HTTP/1.1`` on a
+    plain connection (httpcore's ``target`` extension), with the proxy's credential;
+    an ``https://`` URL is then the proxy's to open, TLS and all."""
+
+    def __init__(self, proxy_url: str) -> None:
+        proxy = httpx.URL(proxy_url)
+        self._origin = proxy.copy_with(username=None, password=None, path="/")
+        credential = f"{proxy.username}:{proxy.password}".encode()
+        self._authorization = b"Basic " + base64.b64encode(credential)
+        self._inner = httpx.AsyncHTTPTransport(trust_env=False)
+
+    def __repr__(self) -> str:  # never the proxy's secret
+        return "AbsoluteFormTransport(...)"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        headers = [(name, value) for name, value in request.headers.raw
+                   if name.lower() not in (b"host", b"proxy-authorization")]
+        headers += [(b"Host", request.url.netloc),
+                    (b"Proxy-Authorization", self._authorization)]
+        sent = httpx.Request(request.method, self._origin, headers=headers,
+                             stream=request.stream,
+                             extensions={**request.extensions, "target": bytes(
+                                 str(request.url), "ascii")})
+        response = await self._inner.handle_async_request(sent)
+        response.request = request
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

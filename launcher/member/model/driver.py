@@ -33,6 +33,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from gateway import message_text
 from launcher.member.model.endpoint import ChatEndpoint, Completion, ModelError
 from launcher.member.model.prompt import capsule_block, system_prompt
@@ -64,8 +66,12 @@ class ModelDriver:
 
     def __init__(self, settings: ModelSettings, environment: Any, *, record: Record,
                  callees: Sequence[str] = (), capsules: Sequence[str] = (),
-                 sources: Sequence[ToolSource] = ()) -> None:
+                 sources: Sequence[ToolSource] = (),
+                 endpoint_pool: httpx.AsyncBaseTransport | None = None) -> None:
         self._settings = settings
+        #: The way to the endpoint: the forward proxy in absolute form (https:// too),
+        #: where the runtime attaches the key; None: each task's ``task.http``.
+        self._pool = endpoint_pool
         self._environment = environment
         self._record = record
         self._callees = tuple(callees)
@@ -81,6 +87,8 @@ class ModelDriver:
         """The agent process ends: its tool servers with it."""
         for source in self._sources:
             await source.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
 
     @property
     def member(self) -> str:
@@ -93,7 +101,7 @@ class ModelDriver:
             self._conversations[task] = conversation
         elif task.replies:
             conversation.messages.append({"role": "user", "content": task.replies})
-        endpoint = ChatEndpoint(self._settings, task.http, member=self.member,
+        endpoint = ChatEndpoint(self._settings, self._client(task), member=self.member,
                                 deadline=self._environment.deadline)
         for source in self._sources:
             await source.start()
@@ -112,6 +120,16 @@ class ModelDriver:
                 await self._tool_record(task, request.name, request.arguments, outcome)
                 conversation.messages.append({"role": "tool", "tool_call_id": request.id,
                                               "content": outcome.text})
+
+    def _client(self, task: Any) -> httpx.AsyncClient:
+        """The client of one task's requests to the endpoint: they name the task to the
+        egress, which counts them against it."""
+        if self._pool is None:
+            return task.http  # type: ignore[no-any-return]
+        from launcher.member.agent.http import RefusalTransport
+
+        return httpx.AsyncClient(transport=RefusalTransport(self._pool, task.id),
+                                 trust_env=False)
 
     # --- the conversation ----------------------------------------------------------------
 

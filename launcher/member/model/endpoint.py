@@ -1,31 +1,36 @@
 """One request to an OpenAI-compatible chat-completions endpoint, and what can go wrong.
 
 In order: :class:`ModelError` (a task's failure with its ``E-RUN`` code), reading the
-endpoint's address and key (:func:`endpoint_url`, :func:`api_key`), the answer as read
-(:class:`ToolRequest`, :class:`Completion`), then :class:`ChatEndpoint`, whose
-:meth:`~ChatEndpoint.complete` sends one request through the member's forward proxy
-(``task.http``) and
+endpoint's address (:func:`endpoint_url`), the answer as read (:class:`ToolRequest`,
+:class:`Completion`), then :class:`ChatEndpoint`, whose :meth:`~ChatEndpoint.complete`
+sends one request to the member's forward proxy in absolute form (the runtime's egress
+attaches the key and counts: ``gateway.proxy.inference``) and
 
 1. retries a ``429`` or ``5xx`` from the endpoint with backoff (``Retry-After`` when the
    endpoint gives one), at most :data:`ATTEMPTS` times and never past the deadline;
 2. reads a streamed answer (``text/event-stream``: each text delta handed to
    ``on_text`` as it comes, tool calls put together from their fragments, the usage of
-   the last chunk) or a whole one (``application/json``);
-3. maps every failure to its code at this one boundary: the key refused (401/403,
-   naming the variable), the host outside the grant or unreachable (naming the host),
-   any other error (naming the status).
+   the last chunk) or a whole one (``application/json``), within the endpoint's bounds:
+   ``inference.max_answer_bytes``, ``inference.timeout`` for the whole answer,
+   ``inference.idle_timeout`` for a stream gone silent (each past its bound a code that
+   names it);
+3. maps every failure to its code at this one boundary: the egress's refusals with the
+   code it gives (a spent bound, an unset key), the key refused (401/403, naming the
+   variable), the host outside the grant or unreachable (naming the host), any other
+   error (naming the status).
 
-The key travels only in the ``Authorization`` header of the request to the endpoint;
-no message here ever holds it.
+This process never holds the key: it is not in its environment, and the egress replaces
+it should the endpoint echo it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,17 +45,17 @@ from launcher.diagnostics import DiagnosticError
 from launcher.member.model.settings import ModelSettings
 
 __all__ = ["ATTEMPTS", "ChatEndpoint", "Completion", "ModelError", "ToolRequest",
-           "api_key", "endpoint_url"]
+           "endpoint_url"]
 
 #: Requests made for one answer: the first and its retries.
 ATTEMPTS = 5
 #: The first wait before a retry; doubled each time, at most :data:`MOST_WAIT`.
 FIRST_WAIT = 0.5
 MOST_WAIT = 20.0
-#: How long one request may take when the task has no deadline.
-REQUEST_SECONDS = 600.0
 #: How much of an error answer's body a message quotes.
 DETAIL_LIMIT = 300
+#: Text deltas of one answer streamed one chunk each; past these, what one read brings.
+ONE_BY_ONE = 1024
 
 
 class ModelError(DiagnosticError):
@@ -71,19 +76,6 @@ def endpoint_url(settings: ModelSettings, environ: Mapping[str, str], member: st
                          variable=found[1] if found else settings.base_url,
                          field="inference.base_url")
     return value.rstrip("/")
-
-
-def api_key(settings: ModelSettings, environ: Mapping[str, str], member: str,
-            host: str) -> str | None:
-    """The key, or None when ``api_key_env`` is not set. Raises :class:`ModelError`
-    (``E-RUN-057``) when the variable it names is unset or empty."""
-    if settings.api_key_env is None:
-        return None
-    key = environ.get(settings.api_key_env, "").strip()
-    if not key:
-        raise ModelError("E-RUN-057", "inference.api_key_env", member=member,
-                         variable=settings.api_key_env, host=host)
-    return key
 
 
 # --- the answer -----------------------------------------------------------------------------
@@ -158,7 +150,6 @@ class ChatEndpoint:
         self.model = model
         self.host = urlsplit(self.url).hostname or self.url
         self._check_grant()
-        self._key = api_key(settings, environ, member, self.host)
 
     def _check_grant(self) -> None:
         from gateway.proxy.egress import AllowList
@@ -214,12 +205,11 @@ class ChatEndpoint:
                     ) -> Completion | _Retry:
         """Step 2; step 3 for what is not retried."""
         headers = {"Accept": "text/event-stream, application/json"}
-        if self._key is not None:
-            headers["Authorization"] = f"Bearer {self._key}"
         left = self._seconds_left()
-        timeout = REQUEST_SECONDS if left is None else max(1.0, min(left, REQUEST_SECONDS))
+        whole = self._settings.timeout
+        timeout = whole if left is None else max(1.0, min(left, whole))
         try:
-            async with self._client.stream(
+            async with asyncio.timeout(timeout), self._client.stream(
                     "POST", f"{self.url}/chat/completions", json=body, headers=headers,
                     timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0))) as response:
                 if response.status_code >= 400:
@@ -227,9 +217,15 @@ class ChatEndpoint:
                     if isinstance(refusal, _Retry):
                         return refusal
                     raise refusal
+                chunks = self._bounded(response)
                 if "text/event-stream" in response.headers.get("content-type", ""):
-                    return await _read_stream(response, on_text)
-                return _read_whole(await response.aread())
+                    return await _read_stream(chunks, on_text)
+                return _read_whole(b"".join([chunk async for chunk in chunks]))
+        except TimeoutError:
+            if timeout < whole:      # the task's deadline came first
+                raise self._unreachable("no answer in time") from None
+            raise ModelError("E-RUN-069", "inference.timeout", member=self._member,
+                             host=self.host, seconds=f"{whole:g}") from None
         except EgressRefused:
             raise ModelError("E-RUN-058", "inference.base_url", member=self._member,
                              host=self.host) from None
@@ -245,6 +241,8 @@ class ChatEndpoint:
         marker = response.headers.get("proxy-status", "")
         if marker.startswith("murmur") and "upstream_unavailable" in marker:
             return self._unreachable(_error_text(body) or "no connection")
+        if marker.startswith("murmur") and "model_refused" in marker:
+            return self._egress_refusal(body)
         if status in (401, 403):
             return ModelError("E-RUN-059", "inference.api_key_env", member=self._member,
                               host=self.host, status=status,
@@ -254,55 +252,137 @@ class ChatEndpoint:
             return _Retry(status, _retry_after(response), detail)
         return self._error(status, detail)
 
+    def _egress_refusal(self, body: bytes) -> ModelError:
+        """The runtime's egress refused the request before sending it: its code (a spent
+        bound, an unset key), with the counts it gives."""
+        try:
+            detail = json.loads(body).get("detail") or {}
+            code, key = str(detail["code"]), str(detail["key"])
+            fields = {str(name): value for name, value in dict(detail["fields"]).items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return self._error(403, "the runtime refused the request: " + _error_text(body))
+        fields.setdefault("host", self.host)
+        fields.setdefault("variable", self._settings.api_key_env or "(no api_key_env)")
+        return ModelError(code, key, member=self._member, **fields)
+
+    async def _bounded(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        """The answer's bytes, each read within ``inference.idle_timeout`` and all of
+        them within ``inference.max_answer_bytes`` (step 2)."""
+        settings = self._settings
+        chunks = response.aiter_bytes().__aiter__()
+        read = 0
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(chunks), settings.idle_timeout)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise ModelError("E-RUN-070", "inference.idle_timeout", member=self._member,
+                                 host=self.host, seconds=f"{settings.idle_timeout:g}"
+                                 ) from None
+            read += len(chunk)
+            if read > settings.max_answer_bytes:
+                raise ModelError("E-RUN-068", "inference.max_answer_bytes",
+                                 member=self._member, host=self.host,
+                                 limit=settings.max_answer_bytes)
+            yield chunk
+
     def _unreachable(self, reason: str) -> ModelError:
         return ModelError("E-RUN-060", "inference.base_url", member=self._member,
-                          host=self.host, reason=_clean(reason, self._key))
+                          host=self.host, reason=_clean(reason))
 
     def _error(self, status: int, detail: str) -> ModelError:
         return ModelError("E-RUN-061", "inference.base_url", member=self._member,
-                          host=self.host, status=status, detail=_clean(detail, self._key))
+                          host=self.host, status=status, detail=_clean(detail))
 
 
 # --- reading answers ----------------------------------------------------------------------
 
 
-async def _read_stream(response: httpx.Response, on_text: OnText | None) -> Completion:
+async def _line_reads(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[str]]:
+    """The complete lines each read of a stream brought (``\n``, ``\r\n`` or ``\r``,
+    as SSE allows)."""
+    rest = ""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    async for chunk in chunks:
+        lines = (rest + decoder.decode(chunk)).splitlines(keepends=True)
+        rest = lines.pop() if lines and not lines[-1].endswith(("\n", "\r")) else ""
+        yield [line.rstrip("\r\n") for line in lines]
+    rest += decoder.decode(b"", final=True)
+    if rest:
+        yield [rest]
+
+
+async def _read_stream(chunks: AsyncIterator[bytes], on_text: OnText | None) -> Completion:
     completion = Completion()
-    requests: dict[int, ToolRequest] = {}
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
+    # Parts joined once at the end: an endpoint may send its answer in a great many
+    # small deltas, and adding each to a growing string copies it every time.
+    texts: list[str] = []
+    fragments: dict[int, _Fragments] = {}
+    done = False
+    async for lines in _line_reads(chunks):
+        fresh: list[str] = []
+        for line in lines:
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            done = data == "[DONE]"
+            if done:
+                break
+            _read_chunk(json.loads(data), completion, fresh, fragments)
+        if fresh and on_text is not None:
+            # One streamed chunk a delta, as the endpoint sent them; past ONE_BY_ONE
+            # deltas, one for what each read brought (each chunk costs the task a
+            # message, and the door an append).
+            pieces = fresh if len(texts) < ONE_BY_ONE else ["".join(fresh)]
+            for piece in pieces:
+                await on_text(piece)
+        texts += fresh
+        if done:
             break
-        chunk = json.loads(data)
-        if not isinstance(chunk, dict):
-            raise ValueError("a chunk that is not an object")
-        _usage(completion, chunk.get("usage"))
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-            if isinstance(text, str) and text:
-                completion.text += text
-                if on_text is not None:
-                    await on_text(text)
-            for fragment in delta.get("tool_calls") or ():
-                _add_fragment(requests, fragment)
-            if choice.get("finish_reason"):
-                completion.finish_reason = str(choice["finish_reason"])
-    completion.tool_requests = [requests[index] for index in sorted(requests)]
+    completion.text = "".join(texts)
+    completion.tool_requests = [fragments[index].request() for index in sorted(fragments)]
     return completion
 
 
-def _add_fragment(requests: dict[int, ToolRequest], fragment: dict[str, Any]) -> None:
-    index = int(fragment.get("index", len(requests)))
+def _read_chunk(chunk: Any, completion: Completion, texts: list[str],
+                fragments: dict[int, _Fragments]) -> None:
+    """One ``data:`` chunk: its usage, text deltas, tool call fragments and finish."""
+    if not isinstance(chunk, dict):
+        raise ValueError("a chunk that is not an object")
+    _usage(completion, chunk.get("usage"))
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") or {}
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            texts.append(text)
+        for fragment in delta.get("tool_calls") or ():
+            _add_fragment(fragments, fragment)
+        if choice.get("finish_reason"):
+            completion.finish_reason = str(choice["finish_reason"])
+
+
+@dataclass
+class _Fragments:
+    """One tool call as its fragments arrive."""
+
+    id: str
+    names: list[str] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=list)
+
+    def request(self) -> ToolRequest:
+        return ToolRequest(id=self.id, name="".join(self.names),
+                           arguments="".join(self.arguments))
+
+
+def _add_fragment(fragments: dict[int, _Fragments], fragment: dict[str, Any]) -> None:
+    index = int(fragment.get("index", len(fragments)))
     function = fragment.get("function") or {}
-    request = requests.get(index)
-    if request is None:
-        request = requests[index] = ToolRequest(id=str(fragment.get("id") or f"call_{index}"),
-                                                name="")
-    request.name += str(function.get("name") or "")
-    request.arguments += str(function.get("arguments") or "")
+    found = fragments.get(index)
+    if found is None:
+        found = fragments[index] = _Fragments(str(fragment.get("id") or f"call_{index}"))
+    found.names.append(str(function.get("name") or ""))
+    found.arguments.append(str(function.get("arguments") or ""))
 
 
 def _read_whole(body: bytes) -> Completion:
@@ -356,11 +436,9 @@ def _reason(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _clean(text: str, key: str | None) -> str:
-    """``text`` one line, bounded, with the key (should an endpoint echo it) and anything
-    shaped like a token removed."""
+def _clean(text: str) -> str:
+    """``text`` one line, bounded, anything shaped like a token removed (an echoed key
+    was replaced by the runtime's egress before this process saw it)."""
     flat = " ".join(text.split())
-    if key:
-        flat = flat.replace(key, "[key]")
     flat = redact(flat)
     return flat if len(flat) <= DETAIL_LIMIT else flat[:DETAIL_LIMIT - 1] + "…"

@@ -4,8 +4,9 @@ package's own client.
 In order:
 
 1. :meth:`McpTools.start`, on the first task: one owner task starts every server (in the
-   capsule's directory, inside the agent process's sandbox, which its processes inherit,
-   with the agent's environment minus the endpoint's key), initializes a session with
+   capsule's directory, in a sandbox of its own nested in the agent process's, which
+   keeps it from the agent's ``/proc`` and signals: launcher/sandbox/tool_sandbox.py,
+   with the agent's environment, which never holds the endpoint's key), initializes a session with
    each and lists its tools. A server that does not start or list within
    :data:`START_SECONDS` fails the task with ``E-RUN-064`` naming it; the next task
    tries again. A tool name already taken (by the runtime, a command tool or an earlier
@@ -27,6 +28,7 @@ from typing import Any
 
 from launcher.member.model.endpoint import ModelError
 from launcher.member.model.tools import ToolOutcome, tool_spec
+from launcher.sandbox.tool_sandbox import ToolSandbox
 
 __all__ = ["START_SECONDS", "McpTools"]
 
@@ -40,8 +42,11 @@ class McpTools:
     """Every MCP server of one model member, started once per agent process."""
 
     def __init__(self, servers: Sequence[Sequence[str]], *, cwd: str, member: str,
-                 environ: Mapping[str, str], taken: Set[str]) -> None:
+                 environ: Mapping[str, str], taken: Set[str],
+                 sandbox: ToolSandbox | None = None) -> None:
         self._servers = [tuple(argv) for argv in servers]
+        #: Each server's own sandbox, nested in the agent's (None: not confined).
+        self._sandbox = sandbox
         self._cwd = cwd
         self._member = member
         self._environ = dict(environ)
@@ -89,7 +94,9 @@ class McpTools:
                 for argv in self._servers:
                     self._pending = argv
                     try:
-                        params = StdioServerParameters(command=argv[0], args=list(argv[1:]),
+                        run = (list(argv) if self._sandbox is None
+                               else self._sandbox.argv(argv))
+                        params = StdioServerParameters(command=run[0], args=run[1:],
                                                        env=self._environ, cwd=self._cwd)
                         read, write = await stack.enter_async_context(
                             stdio_client(params, errlog=sys.stderr))

@@ -2,9 +2,9 @@
 
 The runtime builds :class:`ModelSettings` from the manifest (``agent.model`` and
 ``inference``) and sends :meth:`ModelSettings.wire`; the agent process reads it back
-with :meth:`ModelSettings.from_wire`. Nothing here is a secret: the key stays in the
-agent process's environment, under the variable ``api_key_env`` names, until the driver
-reads it for a request.
+with :meth:`ModelSettings.from_wire`. Nothing here is a secret: the endpoint's key never
+reaches the agent process (the runtime attaches it at egress; ``api_key_env`` is here
+only so that errors can name the variable).
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ class ModelSettings:
     #: A version 2 roster's ``limits.tokens`` of this member: what all its tasks may
     #: spend while the formation runs (docs/bounds.md).
     member_tokens: int | None = None
+    #: The endpoint's bounds (docs/llm.md, "A hostile endpoint"): an answer's bytes, the
+    #: seconds a whole answer may take, the seconds a stream may stay silent.
+    max_answer_bytes: int = 8 * 1024 * 1024
+    timeout: float = 600.0
+    idle_timeout: float = 60.0
 
     @classmethod
     def of(cls, model: Any, inference: Any, *, content: bool, network_allow: list[str],
@@ -59,7 +64,10 @@ class ModelSettings:
                    max_tokens=inference.max_tokens, temperature=inference.temperature,
                    budget_tokens=inference.budget.tokens, content=content,
                    network_allow=tuple(network_allow), commands=commands, mcp=servers,
-                   capsule=capsule, version=version, member_tokens=member_tokens)
+                   capsule=capsule, version=version, member_tokens=member_tokens,
+                   max_answer_bytes=inference.max_answer_bytes,
+                   timeout=float(inference.timeout),
+                   idle_timeout=float(inference.idle_timeout))
 
     def wire(self) -> dict[str, Any]:
         return asdict(self)

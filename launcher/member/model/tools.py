@@ -10,8 +10,9 @@ run went, for the ``tool_call`` record).
 ``call_member`` returns as soon as the callee's door holds the task; the answer is not
 in the tool's result but arrives at the start of the model's next turn, fenced under
 ``member:<name>`` (the reference's rule, docs/llm.md). A command tool runs once per call
-in the agent process's sandbox, the model's ``input`` on its stdin, its stdout the
-result; its environment is the agent's without the endpoint's key.
+in a sandbox of its own nested in the agent process's (launcher/sandbox/tool_sandbox.py:
+no read of the agent's ``/proc``, no signal to it), the model's ``input`` on its stdin,
+its stdout the result; its environment is the agent's, which never holds the key.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from launcher.member.model.settings import CommandToolSpec
+from launcher.sandbox.tool_sandbox import ToolSandbox
 
 __all__ = ["CALL_MEMBER", "DELEGATE", "RUNTIME_TOOL_NAMES", "CommandTools", "ToolOutcome",
            "Toolbox", "tool_spec"]
@@ -98,10 +100,12 @@ class CommandTools:
     """The declared ``command`` tools: one process per call."""
 
     def __init__(self, tools: Sequence[CommandToolSpec], *, cwd: str | None,
-                 environ: Mapping[str, str]) -> None:
+                 environ: Mapping[str, str], sandbox: ToolSandbox | None = None) -> None:
         self._tools = {tool.name: tool for tool in tools}
         self._cwd = cwd
         self._environ = dict(environ)
+        #: Each run's own sandbox, nested in the agent's (None: not confined).
+        self._sandbox = sandbox
 
     async def start(self) -> None:
         pass
@@ -125,7 +129,8 @@ class CommandTools:
             process = await asyncio.create_subprocess_exec(
                 *tool.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, cwd=self._cwd, env=self._environ,
-                start_new_session=True)
+                start_new_session=True,
+                preexec_fn=None if self._sandbox is None else self._sandbox.preexec())
         except OSError as exc:
             return ToolOutcome(f"the tool {name} could not start: {exc.strerror or exc}",
                                "failed", time.monotonic() - started)

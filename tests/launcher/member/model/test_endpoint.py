@@ -3,6 +3,7 @@ answers read streamed and whole, its failures by code), and the `[Capsule]` bloc
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -84,7 +85,7 @@ async def test_a_streamed_text_answer_is_read_and_handed_over_piece_by_piece(
     assert (answer.finish_reason, answer.attempts, answer.tool_requests) == ("stop", 1, [])
     assert answer.assistant_message() == {"role": "assistant", "content": "Hello big world"}
     [seen] = fake.requests
-    assert seen.headers["Authorization"] == f"Bearer {KEY}"
+    assert "Authorization" not in seen.headers      # the runtime's egress attaches it
     assert (seen.body["stream"], seen.model, seen.body["messages"]) == (True, "m", MESSAGES)
     assert "tools" not in seen.body and pauses == []
 
@@ -103,7 +104,7 @@ async def test_a_whole_json_answer_is_read_as_a_streamed_one(
     assert (answer.finish_reason, answer.attempts) == ("stop", 1)
     assert pieces == []  # a whole answer is not handed over in pieces
     [seen] = fake.requests
-    assert seen.headers["Authorization"] == f"Bearer {KEY}"
+    assert "Authorization" not in seen.headers      # the runtime's egress attaches it
     assert (seen.body["max_tokens"], seen.body["temperature"]) == (64, 0.5)
 
 
@@ -190,24 +191,29 @@ async def test_a_refused_key_names_its_variable_and_never_the_key(
     assert len(fake.requests) == 1
 
 
-async def test_an_error_that_echoes_the_key_shows_it_as_a_placeholder(
-        client: httpx.AsyncClient, pauses: Pauses) -> None:
-    with FakeOpenAI(scripted(error(400, f"bad request for key {KEY}"))) as fake:
-        failed = await failure(endpoint(fake.base_url, client, pauses))
-    assert failed.code == "E-RUN-061"
-    assert KEY not in str(failed)
-    assert "key [key]" in failed.diagnostic.message
+@pytest.mark.parametrize(("code", "key", "fields", "says"), [
+    ("E-RUN-057", "inference.api_key_env", {"variable": "K", "host": "h"},
+     "the variable K (inference.api_key_env) is not set"),
+    ("E-RUN-066", "limits.tokens", {"spent": 120, "limit": 100},
+     "the member has spent 120 tokens, past its limits.tokens (100)"),
+    ("E-RUN-063", "inference.budget.tokens", {"spent": 50, "budget": 40},
+     "the task spent 50 tokens, past inference.budget.tokens (40)"),
+    ("E-RUN-062", "inference.max_turns", {"turns": 3}, "the model made 3 requests"),
+])
+async def test_a_refusal_of_the_runtimes_egress_fails_the_task_with_its_code(
+        pauses: Pauses, code: str, key: str, fields: dict[str, Any], says: str) -> None:
+    """The egress (gateway.proxy.inference) refuses before sending; the driver gives
+    the task the code it names, with its counts."""
+    def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(403, headers={"Proxy-Status": "murmur; error=model_refused"},
+                              json={"error": "model_refused", "message": code,
+                                    "detail": {"code": code, "key": key, "fields": fields}})
 
-
-@pytest.mark.parametrize("environ", [{}, {"K": ""}, {"K": "   "}])
-async def test_a_missing_key_fails_before_any_request(
-        client: httpx.AsyncClient, pauses: Pauses, environ: dict[str, str]) -> None:
-    with FakeOpenAI(scripted(text("ok"))) as fake:
-        with pytest.raises(ModelError) as failed:
-            endpoint(fake.base_url, client, pauses, environ=environ)
-    assert failed.value.code == "E-RUN-057"
-    assert "the variable K (inference.api_key_env)" in failed.value.diagnostic.message
-    assert fake.requests == []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as refusing:
+        failed = await failure(endpoint("http://127.0.0.1:9/v1", refusing, pauses))
+    assert failed.code == code
+    assert says in failed.diagnostic.message
+    assert pauses == []                 # never retried
 
 
 async def test_an_endpoint_without_a_key_variable_sends_no_authorization(
@@ -306,3 +312,60 @@ def test_the_system_prompt_is_the_block_then_the_instructions() -> None:
     assert system_prompt(block, "") == block + "\n"
     assert system_prompt(block, "  \n") == block + "\n"
     assert system_prompt(block, "\n# Planner\nPlan.\n\n") == f"{block}\n\n# Planner\nPlan.\n"
+
+
+# --- a hostile endpoint's bounds ----------------------------------------------------------
+
+
+def hostile(chunks: Any) -> httpx.AsyncClient:
+    """A client whose endpoint streams ``chunks()`` (an async generator) as its answer."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"},
+                              content=chunks())
+    return httpx.AsyncClient(transport=httpx.MockTransport(answer))
+
+
+async def test_an_answer_past_max_answer_bytes_ends_the_task_naming_the_key(
+        pauses: Pauses) -> None:
+    sent = []
+
+    async def endless() -> AsyncIterator[bytes]:
+        for _ in range(10_000):         # 640 MB were it read whole; bounded all the same
+            sent.append(1)
+            yield b": " + b"x" * 65_533 + b"\n"
+
+    async with hostile(endless) as client:
+        failed = await failure(endpoint("http://127.0.0.1:9/v1", client, pauses,
+                                        max_answer_bytes=200_000))
+    assert failed.code == "E-RUN-068"
+    assert "more than 200000 bytes (inference.max_answer_bytes)" in failed.diagnostic.message
+    assert len(sent) <= 5
+
+
+async def test_a_silent_stream_ends_the_task_after_idle_timeout(pauses: Pauses) -> None:
+    silence = asyncio.Event()
+
+    async def silent() -> AsyncIterator[bytes]:
+        yield b'data: {"choices":[{"delta":{"content":"Hel"}}]}\n\n'
+        await silence.wait()            # never set: the endpoint says nothing more
+        yield b""
+
+    async with hostile(silent) as client:
+        failed = await failure(endpoint("http://127.0.0.1:9/v1", client, pauses,
+                                        idle_timeout=0.2))
+    assert failed.code == "E-RUN-070"
+    assert "sent nothing for 0.2 s (inference.idle_timeout)" in failed.diagnostic.message
+
+
+async def test_a_stream_that_never_ends_ends_the_task_after_the_whole_timeout(
+        pauses: Pauses) -> None:
+    async def trickle() -> AsyncIterator[bytes]:
+        for _ in range(100_000):        # bounded; the timeout ends it long before
+            await asyncio.sleep(0.01)   # never silent for idle_timeout
+            yield b'data: {"choices":[{"delta":{"content":"."}}]}\n\n'
+
+    async with hostile(trickle) as client:
+        failed = await failure(endpoint("http://127.0.0.1:9/v1", client, pauses,
+                                        timeout=0.5, idle_timeout=5.0))
+    assert failed.code == "E-RUN-069"
+    assert "within 0.5 s (inference.timeout)" in failed.diagnostic.message
