@@ -1,8 +1,10 @@
 """``mur send``: the operator's client. It sends a task to a door (a formation's entry
 member, a session, or a door URL) with the operator token, follows it and prints the
-answer; it waits out ``-32050`` with the door's ``retryAfterMs`` and answers an
-input-required task. The token is read from the session's ``operator.token`` and put in
-one ``Authorization`` header, nowhere else. Also the door client ``mur cancel`` uses.
+answer (its control characters escaped, its line breaks kept: agent text never writes to
+the operator's terminal); it waits out ``-32050`` with the door's ``retryAfterMs`` and
+answers an input-required task. The token is read from the session's ``operator.token``
+and put in one ``Authorization`` header, nowhere else. Also the door client ``mur
+cancel`` uses.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from launcher.errors import LauncherError
 from launcher.home.records import OPERATOR_TOKEN_FILE, read_operator_token
 from launcher.home.running_records import RunningRecord
 from launcher.ids import is_formation_id, is_session_id
-from launcher.spawn.process import escape_control
+from launcher.spawn.process import escape_control, escape_lines
 
 _STATE_PREFIX = "TASK_STATE_"
 _MEMBER_BUSY = -32050
@@ -275,7 +277,7 @@ def send(args: argparse.Namespace) -> int:
         print(json.dumps(follower.task if follower.task else {"message": follower.message}))
         return 0 if state == "TASK_STATE_COMPLETED" else 1
     if state == "TASK_STATE_COMPLETED":
-        print(follower.answer())
+        print(escape_lines(follower.answer()))
         return 0
     answer = follower.answer()
     detail = f": {escape_control(answer[:500])}" if answer else ""

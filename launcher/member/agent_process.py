@@ -24,6 +24,7 @@ In this order:
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import os
 import signal
@@ -59,7 +60,7 @@ from launcher.member.agent.protocol import (
 )
 from launcher.sandbox import descendants
 from launcher.sandbox.agent_cgroup import AgentCgroup
-from launcher.spawn.process import read_ready
+from launcher.spawn.process import MAX_LINE, escape_control, read_ready
 
 #: How long the agent process may take to confine itself and load the agent.
 START_SECONDS = 60.0
@@ -185,13 +186,30 @@ def spawn_agent() -> AgentChild:
     return AgentChild(popen.pid, parent_end, output, popen)
 
 
-def relay_output(fd: int, keep: Callable[[bytes], None] | None = None) -> None:
-    """Copy what the agent process prints to this runtime's stderr as it comes: the
-    runtime's descriptor 2 is where its diagnostics go, and follows it to the session's
-    bootstrap log when the launcher is gone; and to ``keep`` (the session's output log).
-    Ends (and closes ``fd``) at end of file."""
+def relay_output(fd: int, keep: Callable[[bytes], None] | None = None,
+                 label: str | None = None) -> None:
+    """Copy what the agent process prints to this runtime's stderr, line by line as it
+    comes: the runtime's descriptor 2 is where its diagnostics go, and follows it to the
+    session's bootstrap log when the launcher is gone; and to ``keep`` (the session's
+    output log, the bytes as they came). Ends (and closes ``fd``) at end of file.
+
+    What reaches stderr is text, each line as ``mur logs`` shows it (every control
+    character but tab escaped, a carriage return too) and, with ``label``, behind
+    ``[label] ``: the runtime's stderr is the operator's terminal when this member is a
+    formation's entry or runs alone, and an agent's OSC 52 or a line of its own that
+    reads ``[mur run] ...`` must not act there. (A peer's runtime writes to its launcher,
+    which puts the member's name before each line.)"""
     loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    prefix = f"[{label}] " if label else ""
+    pending = [""]
+
+    def write(lines: list[str]) -> None:
+        text = "".join(f"{prefix}{escape_control(line.removesuffix(chr(13)))}\n"
+                       for line in lines)
+        with contextlib.suppress(OSError):
+            os.write(2, text.encode())
 
     def readable() -> None:
         data = read_ready(fd)
@@ -200,9 +218,17 @@ def relay_output(fd: int, keep: Callable[[bytes], None] | None = None) -> None:
         if not data:
             loop.remove_reader(fd)
             os.close(fd)
+            rest = pending[0] + decoder.decode(b"", final=True)
+            if rest:
+                write([rest])
             return
-        with contextlib.suppress(OSError):
-            os.write(2, data)
+        lines = (pending[0] + decoder.decode(data)).split("\n")
+        pending[0] = lines.pop()
+        if len(pending[0]) > MAX_LINE:      # a line without an end: cut, as the launcher does
+            lines.append(pending[0])
+            pending[0] = ""
+        if lines:
+            write(lines)
         if keep is not None:
             keep(data)
 
@@ -237,6 +263,7 @@ class AgentProcess:
                  cgroup: AgentCgroup | None = None,
                  on_record: Callable[[str, dict[str, Any]], None] | None = None,
                  on_output: Callable[[bytes], None] | None = None,
+                 label: str | None = None,
                  traceback_paths: Callable[[str], str] | None = None) -> None:
         self._start = {"op": START, "v": VERSION, **start}
         self._python = python
@@ -248,6 +275,8 @@ class AgentProcess:
         self._on_record = on_record
         #: Told of what the agent process prints (the session's output log).
         self._on_output = on_output
+        #: Put before each line the agent prints, where nobody else puts its name there.
+        self._label = label
         #: Names the files of an agent's traceback as the project has them
         #: (launcher/member/source_paths.py).
         self._traceback_paths = traceback_paths or (lambda text: text)
@@ -279,7 +308,7 @@ class AgentProcess:
             self._cgroup.add(child.pid)
         self._child = child
         if child.output >= 0:
-            relay_output(child.output, self._on_output)
+            relay_output(child.output, self._on_output, self._label)
         reader, writer = await asyncio.open_connection(sock=child.sock, limit=LINE_LIMIT)
         child.watch_exit()
         self._writer = writer

@@ -49,7 +49,7 @@ from launcher.member.place import FormationPlace, close_place, forget_descriptor
 from launcher.member.shutdown import FORCED_EXIT, ProtocolOut, forced_status, lifeline_grace
 from launcher.sandbox.agent_cgroup import remove_all
 from launcher.sandbox.descendants import owning_descendants
-from launcher.spawn.process import forbid_inspection
+from launcher.spawn.process import escape_control, forbid_inspection
 from launcher.spawn.process_title import member_title, name_process
 from launcher.spawn.run_flags import UsageError
 
@@ -279,14 +279,20 @@ def _report(diag: Diagnostic, json_mode: bool) -> None:
 
 class _OneLineFormatter(logging.Formatter):
     """A log line with the exception's class and text instead of a traceback: no
-    traceback reaches a user, and nothing shaped like a token is printed."""
+    traceback reaches a user, and nothing shaped like a token is printed. The message and
+    the exception's text may be agent code's (its exception, its task's reason): their
+    control characters are escaped, so they can neither write to the terminal nor start
+    a line of their own."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        return escape_control(super().formatMessage(record))
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
         kind, value = ei[0], ei[1]
         if getattr(value, "agent_type", ""):  # agent code's own: "Type: text" already
-            return f"  {value}"
+            return f"  {escape_control(str(value))}"
         name = kind.__name__ if kind is not None else "Exception"
-        return f"  {name}: {value}" if str(value) else f"  {name}"
+        return f"  {name}: {escape_control(str(value))}" if str(value) else f"  {name}"
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
         return ""

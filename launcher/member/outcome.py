@@ -38,6 +38,7 @@ from gateway.protocol import TaskState, state_word
 from gateway.proxy.egress import answer_text
 from launcher.diagnostics import Diagnostic, diagnostic
 from launcher.home.files import DISK_FULL_ERRNOS, write_problem
+from launcher.spawn.process import escape_control
 
 TASK_NOT_COMPLETED = "E-RUN-041"
 DOOR_CREDENTIALS = "E-RUN-042"
@@ -165,7 +166,9 @@ def decide(ending: Ending, *, session_id: str, deadline: str = "",
         state = task_state(task)
         if state == TaskState.COMPLETED:
             return SessionOutcome(0, "ok")
-        detail = " ".join(answer_text(task).split())[:300] or "no reason was given"
+        # The agent's reason, on the terminal in E-RUN-041: escaped, as it cannot write there.
+        detail = escape_control(" ".join(answer_text(task).split())[:300]) or (
+            "no reason was given")
         return SessionOutcome(1, state_word(state), member_diagnostic(
             TASK_NOT_COMPLETED, task=str(task.get("id", "")), session=session_id,
             state=state_word(state), detail=detail, result=result_path))

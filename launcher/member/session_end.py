@@ -7,7 +7,8 @@ which follows :meth:`launcher.member.session.MemberSession.trigger`: the agent c
 drained, the ``--task`` task's result written again, the outcome decided
 (:mod:`launcher.member.outcome`), ``session_end`` written, the session closed, the
 capsule's earlier sessions past ``trace.retain`` removed (:func:`retain_sessions`) and
-the result printed;
+the result printed (control characters escaped, line breaks kept; ``result.txt`` keeps
+the agent's text as it was);
 :func:`close`, letting go of everything in its order, the running record last; and
 :func:`close_early`, for a session that could not even be staged.
 
@@ -46,6 +47,7 @@ from launcher.member.outcome import (
 )
 from launcher.member.output_log import OutputLog
 from launcher.member.place import close_place
+from launcher.spawn.process import escape_lines
 
 if TYPE_CHECKING:
     from launcher.member.session import MemberSession
@@ -192,7 +194,10 @@ async def finish(session: MemberSession) -> SessionOutcome:
         await close(session)
     retain_sessions(session)
     if final is not None and session.out is not None:
-        session.out.line(result_text(final))
+        # Agent text on the terminal of whoever ran `mur run --task` (the launcher copies
+        # the entry member's stdout as it is): it must not write there (OSC 52, a cursor
+        # move, a forged line).
+        session.out.line(escape_lines(result_text(final)))
     return outcome
 
 

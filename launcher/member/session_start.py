@@ -374,6 +374,7 @@ class AgentSide:
             if python and (place.callees or self.seam.delegator is not None) else None,
             cgroup=self._agent_cgroup(), on_record=self._count_record,
             on_output=functools.partial(session.files.take_output, "agent"),
+            label=self._output_label(),
             traceback_paths=SourcePaths.of(records.dir / "capsule", options.project,
                                            options.capsule, options.version).rewrite)
         self.agent = process
@@ -389,6 +390,15 @@ class AgentSide:
                          withheld=list(confinement.withheld) if confinement else [],
                          cgroup=str(self.cgroup.path) if self.cgroup else None)
         return process.agent_fn()
+
+    def _output_label(self) -> str | None:
+        """What the agent's output lines are put behind on this runtime's stderr: the
+        member's name where that is the operator's terminal (a formation's entry, a
+        member run alone); nothing for a peer, whose launcher puts the name there."""
+        place = self.session.place
+        if place.member is None:
+            return self.session.options.capsule
+        return place.member if place.entry else None
 
     def _agent_wire(self) -> dict[str, Any]:
         """What the agent process runs: a python entry, a command, or a model member's

@@ -6,7 +6,9 @@ own, and stops it (``terminate`` sends SIGTERM to the process, ``kill_group`` SI
 its group). :func:`make_channel_pipe` and :func:`make_lifeline_pipe` make the two pipes a
 member is handed; both ends carry ``O_CLOEXEC`` in the parent, so only the child whose
 ``pass_fds`` names an end ever holds it. :func:`read_line` reads a child's first stdout
-line against a deadline and :func:`forward_lines` copies its stderr behind ``[name] ``.
+line against a deadline and :func:`forward_lines` copies its stderr behind ``[name] ``,
+control characters escaped (:func:`escape_control`; :func:`escape_lines` for what
+``mur`` prints of an agent's answer, line breaks kept).
 
 The member side: :func:`lifeline_from_env` adopts the inherited lifeline,
 :func:`wait_for_eof` waits for the formation to end, :func:`launcher_gone` and
@@ -415,6 +417,14 @@ def _escape_char(match: re.Match[str]) -> str:
 def escape_control(text: str) -> str:
     """``text`` with every control character except tab written as an escape."""
     return _UNSAFE.sub(_escape_char, text)
+
+
+def escape_lines(text: str) -> str:
+    """Multi-line ``text`` (an agent's answer) as :func:`escape_control` writes each of
+    its lines, the line breaks kept: every other control character is an escape, a
+    carriage return too (what follows it would overwrite its line: a forged ``[mur
+    run]``), except one that ends a line (dropped, as :func:`format_forwarded` drops it)."""
+    return "\n".join(escape_control(line.removesuffix("\r")) for line in text.split("\n"))
 
 
 def format_forwarded(name: str, raw: bytes) -> str:

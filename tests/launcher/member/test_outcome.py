@@ -68,6 +68,13 @@ def test_the_task_decides_a_task_run(state: str, code: int, status: str) -> None
         assert "/r/out/result.txt" in outcome.diagnostic.hint
 
 
+def test_an_osc52_clipboard_write_in_a_failed_tasks_reason_is_escaped_in_e_run_041() -> None:
+    outcome = decide(Ending(Cause.TASK_DONE), session_id=SESSION,
+                     task=task("FAILED", "no\x1b]52;c;aGVsbG8=\x07\r[mur run] ended"))
+    assert outcome.diagnostic is not None
+    assert "no\\x1b]52;c;aGVsbG8=\\x07 [mur run] ended" in outcome.diagnostic.message
+
+
 def test_a_failure_to_start_carries_its_own_diagnostic() -> None:
     failure = member_diagnostic("E-RUN-047", capsule="local/x", version="1", found="a",
                                 expected="b")

@@ -25,6 +25,7 @@ from launcher.spawn.process import (
     divert_stderr_to,
     drain,
     escape_control,
+    escape_lines,
     format_forwarded,
     forward_lines,
     inherited_fd,
@@ -398,6 +399,19 @@ def test_escape_control_keeps_tab_and_escapes_the_rest() -> None:
     assert escape_control("del\x7f c1\x9b") == "del\\x7f c1\\x9b"
     assert escape_control("bidi\u202eevil\u2028") == "bidi\\u202eevil\\u2028"
     assert escape_control("héllo ✓") == "héllo ✓"
+
+
+def test_escape_lines_keeps_line_breaks_and_escapes_an_osc52_clipboard_write() -> None:
+    assert escape_lines("copied\x1b]52;c;aGVsbG8=\x07\n\tnext") == (
+        "copied\\x1b]52;c;aGVsbG8=\\x07\n\tnext")
+    assert escape_lines("csi \x9b2J osc \x9d0;x\x9c del \x7f") == (
+        "csi \\x9b2J osc \\x9d0;x\\x9c del \\x7f")
+    # A carriage return could rewrite a line (a forged `[mur run]`): escaped, except one
+    # that ends a line, dropped as forwarded lines drop it.
+    assert escape_lines("ok\r[mur run] formation ended") == "ok\\x0d[mur run] formation ended"
+    assert escape_lines("one\r\ntwo\r") == "one\ntwo"
+    assert escape_lines("bidi\u202e\u2028 ✓\n") == "bidi\\u202e\\u2028 ✓\n"
+    assert escape_lines("") == ""
 
 
 def test_format_forwarded_prefixes_and_drops_a_carriage_return() -> None:
