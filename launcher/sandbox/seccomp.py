@@ -1,33 +1,49 @@
-"""The socket filter: a seccomp program that refuses every socket an agent has no use for.
+"""The socket filter: a seccomp program that refuses every socket an agent has no use for,
+and the system calls that reach into another process.
 
 Landlock's network rules govern ``IPPROTO_TCP`` sockets only: a confined process could
 open an MPTCP stream (``socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP)``) and connect to any
 host and port, listen on any port, or open packet, vsock and netlink sockets Landlock
-never sees. This filter closes that, before any capsule code runs.
+never sees. Landlock up to ABI 7 does not govern ``connect()`` to a pathname UNIX socket
+either: confined code reached any named socket its user may write (where
+``/var/run/docker.sock`` exists, that is the host). And Landlock lets a confined process
+ptrace any process of its own sandbox: a model member's tool shares its agent process's,
+and could read its memory. This filter closes all three, before any capsule code runs.
 
 In this order: the constants (Linux UAPI ``linux/seccomp.h``, ``linux/filter.h``,
 ``linux/audit.h``), what this host offers (:func:`seccomp_support`), the program
 (:func:`socket_filter`, an allow-list written out below), and :func:`install`, which
 applies it to the calling process and every process it starts, for good.
 
-What the program lets through (anything else fails with ``EACCES``, Landlock's own
+What the program lets through (a refused socket fails with ``EACCES``, Landlock's own
 refusal, so agent code sees one kind of "no"):
 
-- ``socket()``: ``AF_UNIX``; ``AF_INET`` and ``AF_INET6`` streams of protocol 0 or
-  ``IPPROTO_TCP`` (which Landlock governs) and datagrams of protocol 0 or
-  ``IPPROTO_UDP``; ``AF_NETLINK`` of protocol ``NETLINK_ROUTE`` (what ``getaddrinfo``
-  and ``if_nameindex`` use). So MPTCP, SCTP, raw and ICMP sockets, ``AF_PACKET``,
-  ``AF_SMC``, ``AF_VSOCK``, ``AF_ALG``, ``AF_XDP``, every other netlink protocol and
-  every family a later kernel adds are refused;
-- ``socketpair()``: ``AF_UNIX`` only;
+- ``socket()``: ``AF_INET`` and ``AF_INET6`` streams of protocol 0 or ``IPPROTO_TCP``
+  (which Landlock governs) and datagrams of protocol 0 or ``IPPROTO_UDP``;
+  ``AF_NETLINK`` of protocol ``NETLINK_ROUTE`` (what ``getaddrinfo`` and
+  ``if_nameindex`` use). So ``AF_UNIX`` of every type (a socket that could connect to a
+  named one), MPTCP, SCTP, raw and ICMP sockets, ``AF_PACKET``, ``AF_SMC``,
+  ``AF_VSOCK``, ``AF_ALG``, ``AF_XDP``, every other netlink protocol and every family a
+  later kernel adds are refused;
+- ``socketpair()``: ``AF_UNIX`` streams and seqpackets only (asyncio's self-pipe and the
+  agent process's own channel are stream pairs). Such a pair is connected to itself:
+  ``connect()`` fails with ``EISCONN`` and an address given to ``sendto()`` is refused
+  or ignored, so it reaches nothing else. A datagram pair is refused: either end of one
+  can ``sendto()`` or ``connect()`` any named datagram socket (``/dev/log``, journald's);
+- ``ptrace`` (``PTRACE_TRACEME`` included), ``process_vm_readv``,
+  ``process_vm_writev``, ``pidfd_getfd``: refused with ``EPERM`` (the kernel's own
+  answer when ptrace access is denied), whatever the target: no confined process traces
+  another, reads or writes its memory or copies its descriptors, not even its own
+  parent's or child's;
 - ``io_uring_setup``, ``io_uring_enter``, ``io_uring_register``: refused (an io_uring's
   own socket operation would create sockets no filter sees);
 - a system call of another architecture than the interpreter's own (``int 0x80`` on
   x86_64 reaches the i386 table, whose ``socketcall`` multiplexes ``socket``), and the
   x32 numbers on x86_64: refused;
-- everything else: allowed (this is a filter for sockets, not a general sandbox).
+- everything else: allowed (this is a filter for sockets and for reaching into other
+  processes, not a general sandbox).
 
-Why ctypes and not libseccomp: the program is some thirty instructions of classic BPF
+Why ctypes and not libseccomp: the program is some forty instructions of classic BPF
 over a structure the kernel keeps stable; libseccomp's Python bindings are not
 published as wheels (they build against the C library's headers), and the program would
 be no shorter written through them.
@@ -57,6 +73,7 @@ _SECCOMP_FILTER_FLAG_TSYNC: Final = 1
 _RET_ALLOW: Final = 0x7FFF0000
 _RET_ERRNO: Final = 0x00050000
 _RET_REFUSE: Final = _RET_ERRNO | errno.EACCES
+_RET_FORBID: Final = _RET_ERRNO | errno.EPERM
 
 # BPF opcodes (classic BPF, as seccomp takes it)
 _LD_W_ABS: Final = 0x20
@@ -79,6 +96,7 @@ _AF_INET6: Final = 10
 _AF_NETLINK: Final = 16
 _SOCK_STREAM: Final = 1
 _SOCK_DGRAM: Final = 2
+_SOCK_SEQPACKET: Final = 5
 _SOCK_TYPE_MASK: Final = 0xF     # SOCK_NONBLOCK and SOCK_CLOEXEC ride above it
 _IPPROTO_TCP: Final = 6
 _IPPROTO_UDP: Final = 17
@@ -91,17 +109,22 @@ class _Architecture:
     socket: int
     socketpair: int
     seccomp: int
+    #: ptrace, process_vm_readv, process_vm_writev (pidfd_getfd is the same on both)
+    ptrace: tuple[int, int, int]
     x32_bit: int = 0        # x86_64: numbers at or above it are the x32 table
 
 
-#: The architectures the program is written for, by ``uname -m``. io_uring's three calls
-#: (425, 426, 427) have the same numbers on both.
+#: The architectures the program is written for, by ``uname -m`` (the numbers of
+#: ``asm/unistd_64.h`` on x86_64, ``asm-generic/unistd.h`` on aarch64). io_uring's
+#: three calls (425, 426, 427) and ``pidfd_getfd`` (438) have the same numbers on both.
 _ARCHITECTURES: Final = {
     "x86_64": _Architecture(0xC000003E, socket=41, socketpair=53, seccomp=317,
-                            x32_bit=0x40000000),
-    "aarch64": _Architecture(0xC00000B7, socket=198, socketpair=199, seccomp=277),
+                            ptrace=(101, 310, 311), x32_bit=0x40000000),
+    "aarch64": _Architecture(0xC00000B7, socket=198, socketpair=199, seccomp=277,
+                             ptrace=(117, 270, 271)),
 }
 _IO_URING: Final = (425, 426, 427)
+_PIDFD_GETFD: Final = 438
 
 
 class SeccompError(LandlockError):
@@ -176,11 +199,11 @@ def _program(arch: _Architecture) -> list[_Step]:
     head += [(_JEQ_K, arch.socket, "socket", None),
              (_JEQ_K, arch.socketpair, "socketpair", None)]
     head += [(_JEQ_K, number, "refuse", None) for number in _IO_URING]
+    head += [(_JEQ_K, number, "forbid", None) for number in (*arch.ptrace, _PIDFD_GETFD)]
     return head + [
         (_RET_K, _RET_ALLOW, None, None),
-        "socket",
+        "socket",  # AF_UNIX matches none of these: refused
         (_LD_W_ABS, _ARG0, None, None),
-        (_JEQ_K, _AF_UNIX, "allow", None),
         (_JEQ_K, _AF_INET, "inet", None),
         (_JEQ_K, _AF_INET6, "inet", None),
         (_JEQ_K, _AF_NETLINK, "netlink", "refuse"),
@@ -202,11 +225,17 @@ def _program(arch: _Architecture) -> list[_Step]:
         (_JEQ_K, _NETLINK_ROUTE, "allow", "refuse"),
         "socketpair",
         (_LD_W_ABS, _ARG0, None, None),
-        (_JEQ_K, _AF_UNIX, "allow", "refuse"),
+        (_JEQ_K, _AF_UNIX, None, "refuse"),
+        (_LD_W_ABS, _ARG1, None, None),
+        (_ALU_AND_K, _SOCK_TYPE_MASK, None, None),
+        (_JEQ_K, _SOCK_STREAM, "allow", None),
+        (_JEQ_K, _SOCK_SEQPACKET, "allow", "refuse"),
         "allow",
         (_RET_K, _RET_ALLOW, None, None),
         "refuse",
         (_RET_K, _RET_REFUSE, None, None),
+        "forbid",
+        (_RET_K, _RET_FORBID, None, None),
     ]
 
 
