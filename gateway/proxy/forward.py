@@ -201,6 +201,13 @@ class ForwardProxy:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        # asyncio sets TCP_NODELAY only on sockets made with IPPROTO_TCP, and a listener
+        # handed in as ``sock`` is made with protocol 0: without it, a chunked answer's
+        # head, chunk and end each waited on the agent's delayed ACK (40 ms a request).
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             await self._converse(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
