@@ -4,7 +4,8 @@
   with status 143 at once, wherever the wind-down is. Without a lifeline, ``SIGINT`` and
   ``SIGHUP`` count as ``SIGTERM``; a member holding a lifeline leaves them to its
   launcher (a Ctrl-C reaches the launcher's whole process group, and the launcher ends
-  the formation by closing the lifelines).
+  the formation by closing the lifelines). ``SIGCHLD`` runs the orphan reaper
+  (launcher/sandbox/descendants.py) once per turn of the event loop, however many came.
 * :class:`Watchdog`: 20 seconds after the lifeline closed the member exits with status
   143 wherever its teardown is; a thread, so a blocked event loop cannot hold it up.
 * :class:`ProtocolOut`: the readiness line and the ``--task`` result are the only
@@ -75,14 +76,18 @@ def forced_status() -> int | None:
 class SignalGuard:
     """Python-level handlers (``signal.signal``), so they run even while agent code keeps
     the event loop busy. ``on_first(signum)`` is scheduled on ``loop`` once;
-    ``on_child()``, when given, on every ``SIGCHLD``."""
+    ``on_child()``, when given, after ``SIGCHLD``: once per turn of the loop however many
+    came meanwhile (a process forking every few milliseconds sends hundreds a second),
+    and again at once while it returns True (more may be left)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_first: Callable[[int], None], *,
                  with_interrupts: bool = True, exit_fn: ExitFn = hard_exit,
-                 on_child: Callable[[], object] | None = None) -> None:
+                 on_child: Callable[[], bool] | None = None) -> None:
         self._loop = loop
         self._on_first = on_first
         self._on_child = on_child
+        #: Whether a run of ``on_child`` is scheduled and has not started yet.
+        self._child_due = False
         self._exit = exit_fn
         self.count = 0
         self.signals: tuple[signal.Signals, ...] = (signal.SIGTERM,)
@@ -117,9 +122,23 @@ class SignalGuard:
             self._loop.call_soon_threadsafe(self._on_first, signum)
 
     def _child(self, signum: int, frame: FrameType | None) -> None:
+        self._schedule_child()
+
+    def _schedule_child(self) -> None:
+        if self._child_due:  # the run already scheduled sees this child too
+            return
+        self._child_due = True
+        try:
+            self._loop.call_soon_threadsafe(self._run_child)
+        except RuntimeError:  # the loop is already closed
+            self._child_due = False
+
+    def _run_child(self) -> None:
         assert self._on_child is not None
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._on_child)
+        # Cleared first: a SIGCHLD that comes while it runs schedules one more run.
+        self._child_due = False
+        if self._on_child():
+            self._schedule_child()
 
 
 class Watchdog:

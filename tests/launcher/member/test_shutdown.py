@@ -70,6 +70,36 @@ async def test_with_a_lifeline_sigint_and_sighup_are_left_to_the_launcher() -> N
         guard.restore()
 
 
+async def test_a_flood_of_sigchld_runs_on_child_once_per_turn_of_the_loop() -> None:
+    """A process forking every few milliseconds sends hundreds of SIGCHLD a second: the
+    reaper runs once for all that came meanwhile, and again at once while it says more
+    may be left."""
+    loop = asyncio.get_running_loop()
+    runs: list[int] = []
+    left = [2]  # the first run leaves more behind, so does the second, not the third
+
+    def on_child() -> bool:
+        runs.append(1)
+        left[0] -= 1
+        return left[0] >= 0
+
+    guard = SignalGuard(loop, lambda signum: None, exit_fn=lambda code: None,
+                        on_child=on_child)
+    guard.install()
+    try:
+        for _ in range(50):  # the loop does not turn meanwhile
+            os.kill(os.getpid(), signal.SIGCHLD)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(runs) == 3
+        os.kill(os.getpid(), signal.SIGCHLD)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(runs) == 4
+    finally:
+        guard.restore()
+
+
 def test_the_watchdog_exits_143_after_its_grace_unless_disarmed() -> None:
     fired = threading.Event()
     codes: list[int] = []
