@@ -34,7 +34,10 @@ from tests.support.formation import (
     start_launcher,
     write_roster,
 )
+from tests.support.member import install_capsule as install_member_capsule
+from tests.support.member import member_env
 from tests.support.model_members import FAKE_KEY, KEY_ENV, write_model_capsule
+from tests.support.users import ordinary_user, scratch_folder
 
 pytestmark = pytest.mark.integration
 
@@ -265,6 +268,42 @@ def test_a_tool_that_kills_its_parent_finds_no_key_in_the_restarted_agent(
         # A tool may signal only what it started: its parent is outside its domain.
         assert "kill: refused" in answer_text(killed), killed
     assert_no_key_leaked(fake, project, murmur_home)
+
+
+def test_an_ordinary_users_tool_can_neither_kill_nor_read_its_agent(murmur_home: Path
+                                                                      ) -> None:
+    """The same probe as an ordinary user (``mur run --capsule --task``): Yama and file
+    modes no longer stand in the way of a process of the same user, so what stops it is
+    the agent being non-dumpable, the tool's own Landlock domain and the filter."""
+    with FakeOpenAI(probing) as fake, scratch_folder() as folder, \
+            ordinary_user(folder) as owner:
+        project, home = folder / "project", folder / "home"
+        project.mkdir()
+        home.mkdir(mode=0o700)
+        install_member_capsule(project, write_model_capsule(
+            folder / "src", "solo", fake.base_url, authenticated=False, tools=PROBE_TOOL,
+            files={"probe.py": PROBE}))
+        owner.chown(folder)
+        said = {}
+        for task in ("kill", "search"):
+            argv = [sys.executable, "-m", "launcher.cli", "run", "--capsule", "local/solo",
+                    "--capsule-version", "1.0.0", "--project", str(project), "--task",
+                    task, "--isolation", "required"]
+            done = subprocess.run(owner.argv(argv), cwd=project, capture_output=True,
+                                  text=True, timeout=180, check=False,
+                                  stdin=subprocess.DEVNULL, env=member_env(
+                                      home, PYTHONDONTWRITEBYTECODE="1",
+                                      **{KEY_ENV: FAKE_KEY}))
+            assert done.returncode == 0, done.stderr
+            said[task] = done.stdout
+        assert_no_key_leaked(fake, project, home)
+    agent = int(said["search"].split("parent ", 1)[1].split()[0])
+    assert "sk-fake-key" not in said["search"], said
+    for refused in (f"environ {agent}: refused", f"mem {agent}: refused",
+                    f"ptrace {agent}: refused"):
+        assert refused in said["search"], said
+    if host_support().scopes:
+        assert "kill: refused" in said["kill"], said
 
 
 def test_an_mcp_server_searching_the_agent_at_start_finds_no_key(
