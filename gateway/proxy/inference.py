@@ -222,7 +222,7 @@ class _Meter(httpx.AsyncByteStream):
         self._bytes = sent
         self._counted = 0            # tokens added from usage so far
         self._usage_seen = False
-        self._line = b""
+        self._line = bytearray()
         self._whole = bytearray()
         self._stream = streamed      # server-sent events, else one body
         self._held = b""             # the tail that may begin an echoed key
@@ -257,10 +257,14 @@ class _Meter(httpx.AsyncByteStream):
             if len(self._whole) + len(chunk) <= _PARSE_LIMIT:
                 self._whole += chunk
             return
-        lines = (self._line + chunk).split(b"\n")
-        self._line = lines.pop()
-        if len(self._line) > _PARSE_LIMIT:
-            self._line = b""
+        if b"\n" not in chunk:      # most of a long line: added to, never copied whole
+            if len(self._line) + len(chunk) <= _PARSE_LIMIT:
+                self._line += chunk
+            else:
+                self._line.clear()     # past the bound: that line is not read
+            return
+        lines = (bytes(self._line) + chunk).split(b"\n")
+        self._line = bytearray(lines.pop()[:_PARSE_LIMIT])
         for line in lines:
             if line.startswith(b"data:"):
                 self._usage(line[5:])
@@ -268,7 +272,7 @@ class _Meter(httpx.AsyncByteStream):
     def _end_of_body(self) -> None:
         if self._stream:
             if self._line.startswith(b"data:"):
-                self._usage(self._line[5:])
+                self._usage(bytes(self._line[5:]))
         elif self._whole:
             self._usage(bytes(self._whole))
 

@@ -180,3 +180,24 @@ async def test_an_error_answer_passes_and_counts_nothing_it_did_not_spend() -> N
         await egress.aclose()
     assert status == 429 and b"slow down" in body
     assert egress.spent(TASK) <= 64          # its bytes, no usage: a few tokens
+
+
+@pytest.mark.parametrize("size", [1, 5, 4096])
+async def test_a_streams_usage_is_counted_wherever_the_reads_cut_it(size: int) -> None:
+    events = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+              b'data: {"choices":[],"usage":{"prompt_tokens":21,"completion_tokens":4}}\n\n'
+              b"data: [DONE]\n\n")
+
+    async def chunks() -> Any:
+        for start in range(0, len(events), size):
+            yield events[start:start + size]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"},
+                              content=chunks())
+
+    egress = InferenceEgress("http://model.test/v1", key=KEY, variable="K",
+                             inner=httpx.MockTransport(handler))
+    status, body = await answer(egress, chat("http://model.test/v1"))
+    assert (status, body) == (200, events)
+    assert egress.spent(TASK) == 25
