@@ -258,7 +258,8 @@ class ChatEndpoint:
         try:
             detail = json.loads(body).get("detail") or {}
             code, key = str(detail["code"]), str(detail["key"])
-            fields = {str(name): value for name, value in dict(detail["fields"]).items()}
+            fields = {str(name): value for name, value in dict(detail["fields"]).items()
+                      if name != "member"}
         except (ValueError, KeyError, TypeError, AttributeError):
             return self._error(403, "the runtime refused the request: " + _error_text(body))
         fields.setdefault("host", self.host)
