@@ -185,10 +185,12 @@ def agent_pid(formation: Formation) -> int:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == runtime and not cmdline.startswith(
-                b"mur tasks.db writer"):
+        # The writer names itself once started; before that it shows its module.
+        writer = cmdline.startswith(b"mur tasks.db writer") or \
+            b"launcher.home.task_writer" in cmdline
+        if int(stat.rsplit(")", 1)[1].split()[1]) == runtime and not writer:
             children.append(int(entry))
-    assert len(children) == 1, [(c, Path(f"/proc/{c}/cmdline").read_bytes()) for c in children]
+    assert len(children) == 1, children
     return children[0]
 
 
