@@ -11,7 +11,8 @@ In this order:
    HTTP request and counts it by method and status (the method is the one DoorAuth
    read, on the :class:`gateway.routes.Route` it leaves on the scope); DoorAuth counts
    refusals by ``error`` and credential checks by result; the formation proxy counts
-   its calls by callee and outcome;
+   its calls by callee and outcome; push delivery (:mod:`gateway.push.delivery`, off
+   the request path) counts its events by outcome;
 3. a scrape (:meth:`DoorMetrics.render`) turns the counts, and the tasks the door holds
    by state, into metric families through prometheus_client's exposition, imported then
    and not before: a member that is never scraped never loads it.
@@ -41,6 +42,9 @@ _KNOWN_METHODS: Final = OPERATOR_METHODS | REFUSED_METHODS | {METRICS_METHOD}
 #: Histogram bounds in seconds, from a cached GetTask to a long stream.
 BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                   2.5, 5.0, 10.0, 30.0, 60.0)
+
+#: What becomes of a push notification event (``push_event``), in the order it meets them.
+PUSH_OUTCOMES: Final = ("queued", "delivered", "failed", "refused", "dropped")
 
 TaskStates = Callable[[], Mapping[str, int]]
 #: The clock requests are timed by, found once.
@@ -97,6 +101,10 @@ class DoorMetrics:
         #: Calls a bound refused or slowed (gateway.auth.edge_limits, the member's own
         #: calls limit), by (caller, limit, error).
         self.bounds: dict[tuple[str, str, str], int] = {}
+        #: Push notification events by outcome (gateway.push.delivery): each event is
+        #: counted ``queued`` when handed to its configuration's queue, then once as it
+        #: settles; the difference is what is waiting or being sent now.
+        self.push_events: dict[str, int] = dict.fromkeys(PUSH_OUTCOMES, 0)
         #: The tasks the door holds, by state; the door sets it to its tasks' counts.
         self.task_states: TaskStates = dict
 
@@ -127,6 +135,11 @@ class DoorMetrics:
         where DoorAuth answers it)."""
         key = (caller, limit, error)
         self.bounds[key] = self.bounds.get(key, 0) + 1
+
+    def push_event(self, outcome: str) -> None:
+        """One push notification event ``queued``, or settled: ``delivered``,
+        ``failed`` (given up), ``refused`` or ``dropped`` (its queue was full)."""
+        self.push_events[outcome] = self.push_events.get(outcome, 0) + 1
 
     def verification(self, result: str) -> None:
         self.verifications[result] += 1
@@ -203,6 +216,7 @@ class DoorMetrics:
         yield tasks
         yield from self._proxy_families()
         yield from self._model_families()
+        yield from self._push_families()
 
     def _proxy_families(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
@@ -243,6 +257,23 @@ class DoorMetrics:
         for labels, count in sorted(self.bounds.items()):
             bounds.add_metric(list(labels), count)
         yield bounds
+
+    def _push_families(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        events = CounterMetricFamily(
+            "murmur_push_events", "Push notification events, by outcome: queued for a "
+            "webhook, then delivered, failed (given up), refused or dropped (its "
+            "configuration's queue was full).", labels=["outcome"])
+        for outcome, count in self.push_events.items():
+            events.add_metric([outcome], count)
+        yield events
+        settled = sum(count for outcome, count in self.push_events.items()
+                      if outcome != "queued")
+        yield GaugeMetricFamily(
+            "murmur_push_events_pending", "Push notification events queued and not yet "
+            "settled: waiting for their webhook, or being sent.",
+            value=max(self.push_events.get("queued", 0) - settled, 0))
 
 
 class _Collector:

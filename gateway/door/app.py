@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.auth.cors import Cors
-from gateway.auth.credentials import OPERATOR_CREDENTIAL, OperatorToken
+from gateway.auth.credentials import OPERATOR_CREDENTIAL
 from gateway.auth.door_auth import AuthPolicy, DoorAuth
 from gateway.caller import Caller, caller_of
 from gateway.door.card import CardInfo, CardRoute
@@ -58,6 +58,7 @@ from gateway.http_io import header, send_error, send_not_allowed, send_response
 from gateway.metrics import CONTENT_TYPE, DoorMetrics, RequestMetrics
 from gateway.protocol import FILES_PREFIX
 from gateway.proxy.egress import AllowList
+from gateway.push.configs import DoorCredentials
 from gateway.push.notifications import PushNotifications
 from gateway.routes import (
     CARD,
@@ -160,16 +161,17 @@ class LocalTasks:
     the A2A methods over it."""
 
     def __init__(self, agent: AgentFn, settings: DoorSettings, trace: TraceBus,
-                 operator: OperatorToken | None = None) -> None:
+                 policy: AuthPolicy | None = None, metrics: DoorMetrics | None = None) -> None:
         self.store = TaskStore(agent, settings.gate, trace,
                                max_finished=settings.max_finished_tasks,
                                max_finished_bytes=settings.max_finished_bytes)
         self.store.journal = settings.journal
         self.store.restore(settings.earlier_tasks)
-        #: Push notifications, at a door whose manifest allows webhooks somewhere.
+        #: Push notifications, at a door whose manifest allows webhooks somewhere; a
+        #: configuration never carries a credential ``policy`` accepts.
         self.push = (PushNotifications(
             self.store, AllowList(settings.push_allow), trace,
-            is_door_secret=operator.matches if operator is not None else None)
+            is_door_secret=DoorCredentials(policy), metrics=metrics)
             if settings.push_allow else None)
         self.methods: A2AMethods = LocalMethods(
             self.store, trace, stop=self.store.request_stop, streams=settings.streams.book(),
@@ -617,7 +619,8 @@ def build_door(agent: AgentFn, settings: DoorSettings, *, policy: AuthPolicy | N
     info = replace(settings.card, push_notifications=True) if settings.push_allow \
         else settings.card
     card = CardRoute(info, authenticated=policy.authenticated)
-    return Door(LocalTasks(agent, settings, trace, policy.operator), settings, policy, trace,
+    metrics = metrics if metrics is not None else DoorMetrics()
+    return Door(LocalTasks(agent, settings, trace, policy, metrics), settings, policy, trace,
                 card, metrics)
 
 

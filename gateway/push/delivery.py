@@ -1,24 +1,39 @@
-"""Delivering push notifications: one bounded worker per door POSTs each event of a task
-to each of its configurations' webhooks, in order.
+"""Delivering push notifications: each configuration's events go out in order, on a
+lane of their own, so a receiver that hangs or fails holds back only its own
+configuration's events.
 
-For each (configuration, event) taken from the queue, in this order:
+When an event is handed over (:meth:`PushDelivery.send`, never waiting), it joins its
+configuration's lane: a queue of at most :attr:`DeliveryPolicy.queue` events; past it
+the lane's *oldest* event is dropped (recorded and counted), so the newest, a task's
+end included, still goes out. A lane with events has one worker that sends them one at
+a time, in order; a lane that empties ends.
 
-1. the target: the URL's host and port on the door's allow-list (``network.push.allow``,
-   :class:`gateway.proxy.egress.AllowList`), then its name resolved once; an address
-   inside the machine or its networks (loopback, private, link-local) is refused unless
-   the allow-list names that address itself (a name on the list that resolves inside is
-   DNS rebinding, not a webhook); the address found is the one connected to, for every
-   try of this event (aiohttp with a resolver that answers only it);
-2. the request: ``POST`` of the ``StreamResponse`` as ``application/a2a+json``, with the
+For each event a worker takes, in this order, each try:
+
+1. a slot: one of :attr:`DeliveryPolicy.per_host` for the webhook's host, then one of
+   :attr:`DeliveryPolicy.per_owner` for the configuration's owner, then one of the
+   door's :attr:`DeliveryPolicy.in_flight` (always in that order, so no two workers
+   wait on each other). A host that never answers holds at most its own slots, and one
+   caller at most its own: every other receiver still finds one. The slot is held
+   for the try only, never for a backoff;
+2. the target (first try only): the URL's host and port on the door's allow-list
+   (``network.push.allow``, :class:`gateway.proxy.egress.AllowList`), then its name
+   resolved once; an address inside the machine or its networks (loopback, private,
+   link-local) is refused unless the allow-list names that address itself (a name on
+   the list that resolves inside is DNS rebinding, not a webhook); the address found is
+   the one connected to, for every try of this event (aiohttp with a resolver that
+   answers only it, one session per try);
+3. the request: ``POST`` of the ``StreamResponse`` as ``application/a2a+json``, with the
    configuration's ``X-A2A-Notification-Token`` (as a2a-sdk sends it) and
    ``Authorization: <scheme> <credentials>``: nothing of the door's own, ever;
-3. the answer: a 2xx is delivered; a redirect is refused (never followed); anything
+4. the answer: a 2xx is delivered; a redirect is refused (never followed); anything
    else, or no answer within the timeout, is tried again after a backoff that doubles,
    within :class:`DeliveryPolicy`'s tries and time, then given up.
 
 Each try is a ``push_delivery`` trace record (``outcome``: ``delivered``, ``retrying``,
-``failed``, ``refused``, or ``dropped`` when the queue was full), naming the webhook by
-scheme, host and port only: a path or query may hold the receiver's secret.
+``failed``, ``refused``, or ``dropped`` when its lane was full), naming the webhook by
+scheme, host and port only: a path or query may hold the receiver's secret. Each event
+is counted once when queued and once when it settles (:meth:`DoorMetrics.push_event`).
 """
 
 from __future__ import annotations
@@ -29,9 +44,10 @@ import ipaddress
 import json
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -41,6 +57,9 @@ from gateway.errors import GatewayError
 from gateway.proxy.egress import AllowList, default_port
 from gateway.push.configs import PushConfig
 from gateway.trace.bus import TraceBus
+
+if TYPE_CHECKING:
+    from gateway.metrics import DoorMetrics
 
 __all__ = ["DeliveryPolicy", "PushDelivery", "PushRefused", "Resolve"]
 
@@ -52,8 +71,9 @@ Resolve = Callable[[str, int], Awaitable[list[str]]]
 
 @dataclass(frozen=True, slots=True)
 class DeliveryPolicy:
-    """How hard the worker tries (A2A 1.0 section 13.2: timeouts of 10-30 s, retries
-    with exponential backoff, a bounded number of tries)."""
+    """How hard a lane tries (A2A 1.0 section 13.2: timeouts of 10-30 s, retries
+    with exponential backoff, a bounded number of tries), and how much it may hold
+    (docs/limits.md, Push)."""
 
     tries: int = 4
     first_backoff: float = 0.25
@@ -61,8 +81,15 @@ class DeliveryPolicy:
     timeout: float = 10.0
     #: All tries of one event together.
     deadline: float = 30.0
-    #: Events waiting to be sent; past it, new ones are dropped (and recorded).
-    queue: int = 1024
+    #: Events waiting for one configuration's webhook; past it, its oldest is dropped
+    #: (and recorded). The door's whole backlog is at most this many a configuration.
+    queue: int = 64
+    #: Deliveries in flight at once at the door...
+    in_flight: int = 16
+    #: ... to one receiver host (the URL's host name, any port) ...
+    per_host: int = 4
+    #: ... and for one owner's configurations.
+    per_owner: int = 8
 
 
 class PushRefused(GatewayError):
@@ -70,106 +97,177 @@ class PushRefused(GatewayError):
     redirect); its text says which, with no secret in it."""
 
 
+class _Lane:
+    """One configuration's events waiting, oldest first, and the worker sending them."""
+
+    __slots__ = ("events", "worker")
+
+    def __init__(self) -> None:
+        self.events: deque[tuple[PushConfig, dict[str, Any]]] = deque()
+        self.worker: asyncio.Task[None] | None = None
+
+
+class _KeyedSlots:
+    """At most ``limit`` holders per key; a key's semaphore lives while anyone holds or
+    waits for it (no entry is kept for a host or owner with nothing in flight)."""
+
+    __slots__ = ("_entries", "_limit")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._entries: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = (asyncio.Semaphore(self._limit), [0])
+        semaphore, users = entry
+        users[0] += 1
+        try:
+            async with semaphore:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._entries[key]
+
+
 class PushDelivery:
-    """The door's one delivery worker (see the module text)."""
+    """The door's push delivery, a lane per configuration (see the module text)."""
 
     def __init__(self, allow: AllowList, trace: TraceBus,
-                 policy: DeliveryPolicy | None = None, resolve: Resolve | None = None) -> None:
+                 policy: DeliveryPolicy | None = None, resolve: Resolve | None = None, *,
+                 metrics: DoorMetrics | None = None) -> None:
         self._allow = allow
         self._trace = trace
         self._policy = policy if policy is not None else DeliveryPolicy()
         self._resolve = resolve if resolve is not None else _getaddrinfo
-        self._queue: asyncio.Queue[tuple[PushConfig, dict[str, Any]]] = asyncio.Queue(
-            self._policy.queue)
-        self._worker: asyncio.Task[None] | None = None
-        self._pinned = _PinnedResolver()
+        self._metrics = metrics
+        self._lanes: dict[tuple[str, str, str], _Lane] = {}
+        self._door = asyncio.Semaphore(self._policy.in_flight)
+        self._hosts = _KeyedSlots(self._policy.per_host)
+        self._owners = _KeyedSlots(self._policy.per_owner)
+        #: Events queued or being sent; ``_idle`` is set when there are none.
+        self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def pending(self) -> int:
+        """Events handed over and not yet delivered, given up, refused or dropped."""
+        return self._pending
 
     def send(self, config: PushConfig, event: dict[str, Any]) -> None:
-        """Queue ``event`` for ``config``'s webhook (never waits)."""
-        try:
-            self._queue.put_nowait((config, event))
-        except asyncio.QueueFull:
-            self._record(config, event, 0, "dropped", error="the delivery queue is full")
-            return
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.get_running_loop().create_task(
-                self._work(), name="murmur-push-delivery")
+        """Queue ``event`` on ``config``'s lane (never waits)."""
+        key = (config.task_id, config.owner, config.id)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        if len(lane.events) >= self._policy.queue:
+            old_config, old_event = lane.events.popleft()
+            self._settled(old_config, old_event, 0, "dropped",
+                          error=f"{self._policy.queue} events were waiting for this "
+                                "webhook; the oldest was dropped")
+        lane.events.append((config, event))
+        self._pending += 1
+        self._idle.clear()
+        self._count("queued")
+        if lane.worker is None:
+            lane.worker = asyncio.get_running_loop().create_task(
+                self._work(key, lane), name=f"murmur-push-{config.task_id[:16]}")
 
     async def drained(self) -> None:
-        """Wait until every queued event was delivered or given up."""
-        await self._queue.join()
+        """Wait until every queued event was delivered, given up or dropped."""
+        await self._idle.wait()
 
     async def aclose(self, grace: float = 2.0) -> None:
         """Let what is queued go out for ``grace`` seconds, then stop."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._queue.join(), grace)
-        worker, self._worker = self._worker, None
-        if worker is not None:
+            await asyncio.wait_for(self._idle.wait(), grace)
+        workers = [lane.worker for lane in self._lanes.values() if lane.worker is not None]
+        self._lanes.clear()
+        for worker in workers:
             worker.cancel()
+        for worker in workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
 
-    # --- the worker ---------------------------------------------------------------------
+    # --- a lane's worker ----------------------------------------------------------------
 
-    async def _work(self) -> None:
-        connector = aiohttp.TCPConnector(resolver=self._pinned, use_dns_cache=False,
-                                         force_close=True)
-        timeout = aiohttp.ClientTimeout(total=self._policy.timeout)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                         trust_env=False) as session:
-            while True:
-                config, event = await self._queue.get()
+    async def _work(self, key: tuple[str, str, str], lane: _Lane) -> None:
+        try:
+            # No await between the last look at the queue and the lane's removal: an
+            # event handed over meanwhile would find a lane with no worker.
+            while lane.events:
+                config, event = lane.events.popleft()
                 try:
-                    await self._deliver(session, config, event)
-                except Exception:  # noqa: BLE001 - one webhook never stops the worker
+                    await self._deliver(config, event)
+                except Exception as exc:  # noqa: BLE001 - one webhook never stops a lane
                     log.exception("push delivery for task %s failed", config.task_id[:64])
-                finally:
-                    self._queue.task_done()
+                    self._settled(config, event, 0, "failed", error=type(exc).__name__)
+        finally:
+            lane.worker = None
+            if self._lanes.get(key) is lane:
+                del self._lanes[key]
 
-    async def _deliver(self, session: aiohttp.ClientSession, config: PushConfig,
-                       event: dict[str, Any]) -> None:
+    @contextlib.asynccontextmanager
+    async def _slot(self, host: str, owner: str) -> AsyncIterator[None]:
+        """One try's place: the host's, the owner's, then the door's (in that order)."""
+        async with self._hosts.hold(host), self._owners.hold(owner), self._door:
+            yield
+
+    async def _deliver(self, config: PushConfig, event: dict[str, Any]) -> None:
         policy = self._policy
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + policy.deadline
-        try:
-            host, address = await self._target(config.url)
-        except PushRefused as refused:
-            self._record(config, event, 1, "refused", error=str(refused))
-            return
+        host_key = (urlsplit(config.url).hostname or "").rstrip(".").lower()
         body = json.dumps(event, separators=(",", ":")).encode("utf-8")
+        target: tuple[str, str] | None = None
         backoff = policy.first_backoff
         for attempt in range(1, policy.tries + 1):
             status: int | None = None
-            try:
-                self._pinned.pin(host, address)
-                status = await self._post(session, config, body)
-                error = None if 200 <= status < 300 else f"answered {status}"
-            except PushRefused as refused:
-                self._record(config, event, attempt, "refused", status, str(refused))
-                return
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                error = f"{type(exc).__name__}: {str(exc)[:200]}" if str(exc) else \
-                    type(exc).__name__
+            error: str | None = None
+            async with self._slot(host_key, config.owner):
+                try:
+                    if target is None:
+                        target = await asyncio.wait_for(self._target(config.url),
+                                                        policy.timeout)
+                    status = await self._post(target, config, body)
+                    if not 200 <= status < 300:
+                        error = f"answered {status}"
+                except PushRefused as refused:
+                    self._settled(config, event, attempt, "refused", status, str(refused))
+                    return
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    error = f"{type(exc).__name__}: {str(exc)[:200]}" if str(exc) else \
+                        type(exc).__name__
             if error is None:
-                self._record(config, event, attempt, "delivered", status)
+                self._settled(config, event, attempt, "delivered", status)
                 return
             last = attempt == policy.tries or loop.time() + backoff >= give_up_at
-            self._record(config, event, attempt, "failed" if last else "retrying",
-                         status, error)
             if last:
+                self._settled(config, event, attempt, "failed", status, error)
                 return
+            self._record(config, event, attempt, "retrying", status, error)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, policy.max_backoff)
 
-    async def _post(self, session: aiohttp.ClientSession, config: PushConfig,
-                    body: bytes) -> int:
+    async def _post(self, target: tuple[str, str], config: PushConfig, body: bytes) -> int:
         headers = {"Content-Type": "application/a2a+json"}
         if config.token is not None:
             headers["X-A2A-Notification-Token"] = config.token
         if config.scheme is not None and config.credentials is not None:
             headers["Authorization"] = f"{config.scheme} {config.credentials}"
-        async with session.post(config.url, data=body, headers=headers,
-                                allow_redirects=False) as response:
+        # A session of its own for each try: its resolver answers this host with the
+        # address checked for this event, and tries in flight at once never share one.
+        connector = aiohttp.TCPConnector(resolver=_PinnedResolver(*target),
+                                         use_dns_cache=False, force_close=True)
+        timeout = aiohttp.ClientTimeout(total=self._policy.timeout)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                         trust_env=False) as session, \
+                session.post(config.url, data=body, headers=headers,
+                             allow_redirects=False) as response:
             await response.read()
             if 300 <= response.status < 400:
                 raise PushRefused(f"the webhook redirected ({response.status}); a push "
@@ -197,6 +295,21 @@ class PushDelivery:
                               "network.push.allow does not name")
         return host, address
 
+    # --- records and counts -------------------------------------------------------------
+
+    def _settled(self, config: PushConfig, event: dict[str, Any], attempt: int,
+                 outcome: str, status: int | None = None, error: str | None = None) -> None:
+        """The last word on one event: recorded, counted, no longer pending."""
+        self._record(config, event, attempt, outcome, status, error)
+        self._count(outcome)
+        self._pending -= 1
+        if not self._pending:
+            self._idle.set()
+
+    def _count(self, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.push_event(outcome)
+
     def _record(self, config: PushConfig, event: dict[str, Any], attempt: int, outcome: str,
                 status: int | None = None, error: str | None = None) -> None:
         parts = urlsplit(config.url)
@@ -212,22 +325,19 @@ class PushDelivery:
 
 
 class _PinnedResolver(AbstractResolver):
-    """aiohttp's resolver that answers the one address checked for a host, nothing else
-    (the worker sends one request at a time, and pins before each)."""
+    """aiohttp's resolver that answers the one address checked for one host, nothing
+    else (one for each try's session)."""
 
-    def __init__(self) -> None:
-        self._pins: dict[str, str] = {}
-
-    def pin(self, host: str, address: str) -> None:
-        self._pins = {host: address}
+    def __init__(self, host: str, address: str) -> None:
+        self._host = host
+        self._address = address
 
     async def resolve(self, host: str, port: int = 0,
                       family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        address = self._pins.get(host.rstrip(".").lower())
-        if address is None:
+        if host.rstrip(".").lower() != self._host:
             raise OSError(f"{host} was not checked for this delivery")
-        ip = ipaddress.ip_address(address)
-        return [{"hostname": host, "host": address, "port": port,
+        ip = ipaddress.ip_address(self._address)
+        return [{"hostname": host, "host": self._address, "port": port,
                  "family": socket.AF_INET6 if ip.version == 6 else socket.AF_INET,
                  "proto": 0, "flags": socket.AI_NUMERICHOST}]
 

@@ -3,17 +3,19 @@ each task that has a configuration.
 
 In this order: a method finds the task as its caller sees it (another caller's task,
 or one of its configurations, is ``-32001``, as for GetTask), then reads, keeps, shows
-or deletes the configuration (:mod:`gateway.push.configs`). The first configuration of
-a live task starts its pump: subscribed to the task in the same step (no event is
+or deletes the configuration (:mod:`gateway.push.configs`: its credentials never one the
+door accepts; at most so many a task, a caller and the door). The first configuration
+of a live task starts its pump: subscribed to the task in the same step (no event is
 missed), it hands the Task as it is, then every event until the task ends, to the
-delivery worker (:mod:`gateway.push.delivery`) once for each configuration the task has
-at that moment; every webhook of a task gets its events in order.
+delivery (:mod:`gateway.push.delivery`) once for each configuration the task has at
+that moment; each configuration's webhook gets its events in order, on a lane of its
+own, so one that hangs holds back no other.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.a2a.jsonrpc import RpcError
 from gateway.a2a.models import (
@@ -27,25 +29,28 @@ from gateway.door.task_record import TaskRecord
 from gateway.door.tasks import TaskStore
 from gateway.protocol import TERMINAL_STATES
 from gateway.proxy.egress import AllowList
-from gateway.push.configs import PushConfig, PushConfigs, read_config
+from gateway.push.configs import IsDoorSecret, PushConfig, PushConfigs, read_config
 from gateway.push.delivery import DeliveryPolicy, PushDelivery, Resolve
 from gateway.trace.bus import TraceBus
 
-__all__ = ["PushNotifications"]
+if TYPE_CHECKING:
+    from gateway.metrics import DoorMetrics
 
+__all__ = ["PushNotifications"]
 
 
 class PushNotifications:
     """The push notifications of a door whose tasks run here (see the module text)."""
 
     def __init__(self, store: TaskStore, allow: AllowList, trace: TraceBus, *,
-                 is_door_secret: Any = None, policy: DeliveryPolicy | None = None,
-                 resolve: Resolve | None = None) -> None:
+                 is_door_secret: IsDoorSecret | None = None,
+                 policy: DeliveryPolicy | None = None, resolve: Resolve | None = None,
+                 metrics: DoorMetrics | None = None) -> None:
         self._store = store
         self._allow = allow
-        self._is_door_secret = is_door_secret or (lambda _text: False)
+        self._is_door_secret: IsDoorSecret = is_door_secret or (lambda _text: False)
         self.configs = PushConfigs()
-        self.delivery = PushDelivery(allow, trace, policy, resolve)
+        self.delivery = PushDelivery(allow, trace, policy, resolve, metrics=metrics)
         self._pumps: dict[str, asyncio.Task[None]] = {}
 
     # --- the four methods ---------------------------------------------------------------
@@ -89,7 +94,9 @@ class PushNotifications:
         is live, from now on. Call it in the step that made or found the task."""
         config = read_config(params, record.id, caller.credential.owner, self._allow,
                              self._is_door_secret)
-        self.configs.add(config, known=self._store.known)
+        # A task with a pump is live; a caller at its bound gives up one of its
+        # configurations of a task without one (ended or forgotten) before it is refused.
+        self.configs.add(config, known=self._store.known, followed=self._pumps.__contains__)
         if record.id not in self._pumps and record.state not in TERMINAL_STATES:
             queue = self._store.subscribe(record)
             first = {"task": record.snapshot()}

@@ -19,23 +19,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import pytest
 
-from gateway.auth.credentials import DeclaredBearer, OperatorToken
-from gateway.auth.door_auth import AuthPolicy
-from gateway.auth.tokens import FormationVerifier
-from gateway.caller import PUSH_METHODS, TASK_METHODS
-from gateway.door.app import Door, DoorSettings, build_door
-from gateway.door.tasks import GateConfig, TaskRun
+from gateway.caller import PUSH_METHODS
+from gateway.door.app import DoorSettings, build_door
 from gateway.proxy.egress import AllowList
 from gateway.push.delivery import DeliveryPolicy, PushDelivery
-from tests.support.auth import CI_TOKEN, FORMATION, KEY, mint
+from tests.support.auth import CI_TOKEN, mint
 from tests.support.door import card_info, serve
+from tests.support.push_door import OTHER_TOKEN, Agent, PushDoor, call, push_door
 
 pytestmark = pytest.mark.timeout(60)
 
-OTHER_TOKEN = "other-bearer-token-0123456789abcdef"
 HOOK_TOKEN = "receiver-checks-this-0123"
 HOOK_SECRET = "webhook-credentials-4567"
 RELEASE = asyncio.Event
@@ -84,64 +79,8 @@ async def receiver(*statuses: int) -> AsyncIterator[Receiver]:
         yield hook
 
 
-class Agent:
-    """``hold``: waits for ``release``; anything else: a status, an artifact, an answer."""
-
-    def __init__(self) -> None:
-        self.release = asyncio.Event()
-
-    async def __call__(self, run: TaskRun) -> str:
-        if run.text == "hold":
-            await self.release.wait()
-            return "released"
-        await run.status("working on it")
-        await run.artifact([{"text": "draft"}], name="draft")
-        return f"done: {run.text}"
-
-
-@dataclass
-class PushDoor:
-    door: Door
-    agent: Agent
-    operator: OperatorToken
-    records: list[dict[str, Any]]
-
-    def client(self, token: str) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=self.door.app), base_url="http://127.0.0.1:8000",
-            headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}, timeout=20)
-
-    def deliveries(self) -> list[dict[str, Any]]:
-        return [record for record in self.records if record["event"] == "push_delivery"]
-
-
-def push_door(*allow: str) -> PushDoor:
-    operator = OperatorToken.generate()
-    scopes = TASK_METHODS | PUSH_METHODS
-    policy = AuthPolicy(authenticated=True, operator=operator,
-                        bearers=(DeclaredBearer("ci", CI_TOKEN, scopes),
-                                 DeclaredBearer("other", OTHER_TOKEN, scopes)),
-                        verifier=FormationVerifier(KEY.public_bytes, FORMATION),
-                        member="coder", accept_peer_tasks=True)
-    agent = Agent()
-    door = build_door(agent, DoorSettings(card=card_info(formation_id=FORMATION),
-                                          gate=GateConfig(concurrency=8), push_allow=allow),
-                      policy=policy)
-    records: list[dict[str, Any]] = []
-    door.trace.add_sink(records.append)
-    return PushDoor(door, agent, operator, records)
-
-
 def host_port(url: str) -> str:
     return url.removeprefix("http://")
-
-
-async def call(client: httpx.AsyncClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    response = await client.post("/", json={"jsonrpc": "2.0", "id": 1, "method": method,
-                                            "params": params})
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 def message(text: str) -> dict[str, Any]:
