@@ -27,8 +27,20 @@ In this order:
    trace's hash chain (launcher/home/trace_chain.py), then every seal in
    ``seals.jsonl`` and every member's trace against them (launcher/home/seals.py). A
    break or a seal that does not hold is a :class:`Violation` (``tampered``) with its
-   file and line; records after the last seal are reported as unsealed, which is not a
-   violation.
+   file and line. Once the launcher has ended (the pid and start time in
+   ``formation.json`` no longer run), the record must end with the final seal: a
+   missing ``seals.jsonl``, or a last seal not marked final, is a :class:`Violation`
+   (``incomplete``), since the launcher writes that seal as its last act and only a
+   kill or a cut removes it. Records after the last seal of a launcher still running,
+   or beside the ``incomplete`` finding, are reported as unsealed;
+7. a ``formation.json`` without the key, when the traces are hash-chained or
+   ``seals.jsonl`` is there: the launcher that wrote them sealed, so the key was
+   removed, and that is a :class:`Violation` (``tampered``) naming ``formation.json``;
+   without either, the formation was launched by a ``mur`` that did not seal, and its
+   edges alone are checked;
+8. ``--expect HEAD``: the final seal's head (:func:`launcher.home.seals.seal_head`) must
+   start with HEAD, the head the launcher printed as it ended; any other head, or none,
+   is a :class:`Violation` (``unexpected_head``) saying both.
 """
 
 from __future__ import annotations
@@ -39,18 +51,22 @@ from typing import Any
 
 from launcher.errors import LauncherError
 from launcher.home.formations import formation_dir, read_formation_marker
-from launcher.home.seals import SEALS_FILE, read_seals, verify_seals
+from launcher.home.seals import SEALS_FILE, SHORT_HEAD, check_seals, seal_head
 from launcher.home.trace import find_formation_traces, numbered_records
 from launcher.home.trace_chain import TraceLine, trace_lines, verify_chain
 
 __all__ = ["AuditRefused", "AuditReport", "BoundHeld", "Unsealed", "Violation", "audit",
-           "render_report"]
+           "normal_head", "render_report"]
 
 Edge = tuple[str, str]
 
 #: Why a call is a violation, as the report's line says it after "caller → callee".
 NO_EDGE = "is no admitted edge"
 MEMBER_PREFIX = "member:"
+MARKER_FILE = "formation.json"
+#: ``--expect`` takes the head as the launcher prints it (:data:`SHORT_HEAD` hex digits)
+#: up to the full 64; fewer would let a record made to match pass too easily.
+HEAD_DIGITS = range(SHORT_HEAD, 65)
 
 
 class AuditRefused(LauncherError):
@@ -123,6 +139,12 @@ class AuditReport:
     #: ``member_call`` and the callees' ``a2a_task_received`` records (the two are equal
     #: when every call was recorded at both ends).
     calls: int = 0
+    #: The final seal's head (64 hex digits), when a final seal verified.
+    head: str | None = None
+    #: ``--expect``'s HEAD, as given (lowercased).
+    expected_head: str | None = None
+    #: Whether the launcher still runs: its record may not end with a final seal yet.
+    launcher_running: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"formation_id": self.formation_id, "ok": not self.violations,
@@ -134,12 +156,24 @@ class AuditReport:
                 "approvals": [asdict(held) for held in self.approvals],
                 "refused": [asdict(held) for held in self.refused],
                 "sealed": self.sealed, "seals_read": self.seals_read,
-                "unsealed": [asdict(tail) for tail in self.unsealed]}
+                "unsealed": [asdict(tail) for tail in self.unsealed],
+                "head": self.head, "expected_head": self.expected_head,
+                "launcher_running": self.launcher_running}
 
 
-def audit(formation_id: str) -> AuditReport:
-    """Check every formation-token call of ``formation_id``'s traces against its edges.
-    Raises AuditRefused when the edges admitted at launch are not known."""
+def normal_head(text: str) -> str | None:
+    """``--expect``'s HEAD in lowercase, or None when it is not 12 to 64 hex digits."""
+    head = text.strip().lower()
+    if len(head) not in HEAD_DIGITS or any(c not in "0123456789abcdef" for c in head):
+        return None
+    return head
+
+
+def audit(formation_id: str, expect: str | None = None) -> AuditReport:
+    """Check every formation-token call of ``formation_id``'s traces against its edges,
+    and its sealed record; ``expect``: the head its final seal must start with (see
+    :func:`normal_head`). Raises AuditRefused when the edges admitted at launch are not
+    known."""
     marker = read_formation_marker(formation_id)
     if marker is None:
         raise AuditRefused(f"formation {formation_id} has no readable formation.json in "
@@ -157,8 +191,12 @@ def audit(formation_id: str) -> AuditReport:
     violations: list[Violation] = []
     held: dict[str, list[BoundHeld]] = {"limit_reached": [], "approval": [],
                                         "member_call_refused": []}
+    #: The first chained record (its trace and line): the launcher that ran this sealed.
+    chained: tuple[Path, int] | None = None
     for member, path in traces:
         for line, record in _numbered_records(path):
+            if chained is None and "prev" in record:
+                chained = (path, line)
             bound = _bound_of(member, path, line, record)
             if bound is not None:
                 held[bound.event].append(bound)
@@ -174,21 +212,30 @@ def audit(formation_id: str) -> AuditReport:
                     event=str(record.get("event")), caller=call[0], callee=call[1],
                     task_id=str(record.get("task_id") or ""), problem=problem))
     unsealed: list[Unsealed] = []
-    seals_read = 0
+    seals_read, head = 0, None
+    running = marker.launcher_alive()
     if marker.public_key is not None:
-        seals_read = _check_record(formation_id, marker.public_key, traces, violations,
-                                   unsealed)
+        seals_read, head = _check_record(formation_id, marker.public_key, traces,
+                                         violations, unsealed, ended=not running)
+    else:
+        _key_removed(formation_id, chained, violations)
+    expected = None if expect is None else expect.strip().lower()
+    if expected is not None:
+        _check_head(formation_id, expected, head, running, violations)
     return AuditReport(formation_id, marker.edges, len(traces), checked, tuple(violations),
                        tuple(sorted(held["limit_reached"], key=lambda b: b.ts)),
                        tuple(sorted(held["approval"], key=lambda b: b.ts)),
                        refused=tuple(sorted(held["member_call_refused"], key=lambda b: b.ts)),
                        sealed=marker.public_key is not None, seals_read=seals_read,
-                       unsealed=tuple(unsealed), calls=max(sides.values()))
+                       unsealed=tuple(unsealed), calls=max(sides.values()), head=head,
+                       expected_head=expected, launcher_running=running)
 
 
 def _check_record(formation_id: str, public_key: bytes, traces: list[tuple[str, Path]],
-                  violations: list[Violation], unsealed: list[Unsealed]) -> int:
-    """Step 6: each trace's chain, then the seals; returns how many seals were read."""
+                  violations: list[Violation], unsealed: list[Unsealed], *,
+                  ended: bool) -> tuple[int, str | None]:
+    """Step 6: each trace's chain, then the seals (and, once the launcher has ended, the
+    final one); how many seal lines were read, and the final seal's head."""
     sealed: dict[str, tuple[str, list[TraceLine]]] = {}
     for member, path in traces:
         try:
@@ -200,16 +247,58 @@ def _check_record(formation_id: str, public_key: bytes, traces: list[tuple[str, 
         if not member.startswith("child:"):    # a delegated child's record is chained only
             sealed[member] = (str(path), lines)
     seals_path = formation_dir(formation_id) / SEALS_FILE
-    for finding in verify_seals(seals_path, public_key, formation_id, sealed):
+    check = check_seals(seals_path, public_key, formation_id, sealed, ended=ended)
+    blamed = {(v.trace, v.line) for v in violations if v.event == "tampered"}
+    for finding in check.findings:
+        if finding.kind == "tampered" and (finding.file, finding.line) in blamed:
+            continue    # a line the chain already blamed (one added after the final seal)
         if finding.kind == "unsealed":
             unsealed.append(Unsealed(finding.file, finding.line, finding.problem))
         else:
-            violations.append(_tampered(finding.file, finding.line, finding.problem))
-    return sum(1 for _ in read_seals(seals_path))
+            violations.append(_tampered(finding.file, finding.line, finding.problem,
+                                        finding.kind))
+    return check.read, None if check.final is None else seal_head(check.final[1])
 
 
-def _tampered(file: str, line: int, problem: str) -> Violation:
-    return Violation(trace=file, line=line, ts="", event="tampered", caller="-",
+def _key_removed(formation_id: str, chained: tuple[Path, int] | None,
+                 violations: list[Violation]) -> None:
+    """Step 7: a formation.json without the key, beside what only a sealing launcher
+    leaves (chained traces, a seals.jsonl), had it removed."""
+    folder = formation_dir(formation_id)
+    seals = (folder / SEALS_FILE).exists()
+    if chained is None and not seals:
+        return  # launched by a mur before the sealed record: its edges alone are checked
+    evidence = [f"its traces are hash-chained ({chained[0]}:{chained[1]} carries prev)"
+                ] if chained is not None else []
+    if seals:
+        evidence.append(f"{folder / SEALS_FILE} holds seals")
+    violations.append(_tampered(
+        str(folder / MARKER_FILE), 0,
+        f"formation.json names no public_key, yet {' and '.join(evidence)}: the launcher "
+        "of this formation sealed its record, and the key its seals are checked with was "
+        "removed"))
+
+
+def _check_head(formation_id: str, expected: str, head: str | None, running: bool,
+                violations: list[Violation]) -> None:
+    """Step 8: the final seal's head against ``--expect``."""
+    where = str(formation_dir(formation_id) / SEALS_FILE)
+    if head is None:
+        why = ("the launcher still runs, and has not sealed the end yet" if running
+               else "no final seal verified")
+        problem = f"expected head {expected} (--expect), but {why}"
+    elif not head.startswith(expected):
+        problem = (f"the final seal's head is {head[:max(SHORT_HEAD, len(expected))]}, not "
+                   f"the {expected} expected (--expect): this is not the record the "
+                   "launcher sealed as it ended (its key and seals were replaced, or it is "
+                   "another formation's head)")
+    else:
+        return
+    violations.append(_tampered(where, 0, problem, "unexpected_head"))
+
+
+def _tampered(file: str, line: int, problem: str, event: str = "tampered") -> Violation:
+    return Violation(trace=file, line=line, ts="", event=event, caller="-",
                      callee="-", task_id="", problem=problem)
 
 
@@ -288,12 +377,17 @@ def _problem(call: Edge, record: dict[str, Any], allowed: set[Edge]) -> str | No
     return None
 
 
+#: The findings of the sealed record, each a line of its own: ``<word>: FILE[:LINE]: …``.
+RECORD_FINDINGS = {"tampered": "tampered", "incomplete": "incomplete",
+                   "unexpected_head": "unexpected head"}
+
+
 def _violation_line(v: Violation) -> str:
     from launcher.spawn.process import escape_control
 
-    if v.event == "tampered":
-        return (f"tampered: {escape_control(v.trace)}:{v.line}: "
-                f"{escape_control(v.problem)}")
+    if v.event in RECORD_FINDINGS:
+        place = escape_control(v.trace) + (f":{v.line}" if v.line else "")
+        return f"{RECORD_FINDINGS[v.event]}: {place}: {escape_control(v.problem)}"
     return (f"violation: {escape_control(v.caller)} → {escape_control(v.callee)} "
             f"{escape_control(v.problem)}  ({escape_control(v.event)} "
             f"{escape_control(v.task_id) or '-'} at {escape_control(v.ts)}, "
@@ -332,9 +426,16 @@ def render_report(report: AuditReport) -> str:
         lines.append(f"mur audit: {report.formation_id}: {calls}, all along the {edges} "
                      f"admitted edge{'s' * (edges != 1)}")
     if report.sealed:
-        lines[-1] += (f"; record sealed ({report.seals_read} seal"
-                      f"{'s' * (report.seals_read != 1)}"
-                      + (", with an unsealed tail)" if report.unsealed else ")"))
+        notes = [f"{report.seals_read} seal{'s' * (report.seals_read != 1)}"]
+        if report.head is not None:
+            notes.append(f"final head {report.head[:SHORT_HEAD]}")
+        elif report.launcher_running:
+            notes.append("the launcher still running")
+        else:
+            notes.append("no final seal")
+        if report.unsealed:
+            notes.append("with an unsealed tail")
+        lines[-1] += f"; record sealed ({', '.join(notes)})"
     held = [(len(report.limits_reached), "limit reached", "limits reached"),
             (len(report.approvals), "approval decided", "approvals decided"),
             (len(report.refused), "call refused by its caller's proxy (no edge)",

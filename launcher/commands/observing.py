@@ -37,20 +37,31 @@ def _register_audit(subparsers: Any) -> None:
                     "recorded making) against the roster edges admitted at launch, which "
                     "the launcher recorded in the formation's formation.json. Prints each "
                     "call along no admitted edge, with the trace file and line that holds "
-                    "it. Exit 0: every call along an admitted edge; 1: violations; 2: the "
-                    "formation cannot be audited.")
+                    "it. Then checks the sealed record: every trace's hash chain, every "
+                    "seal against the key in formation.json, and, once the launcher has "
+                    "ended, that the record ends with its final seal. Exit 0: every call "
+                    "along an admitted edge and the record whole; 1: violations (a call "
+                    "along no edge; a record, seal or key changed or removed; no final "
+                    "seal; a head other than --expect's); 2: the formation cannot be "
+                    "audited.")
     audit.add_argument("formation", metavar="FORMATION_ID",
                        help="the formation (frm_...); `mur ps` and `mur trace show` name them")
+    audit.add_argument("--expect", metavar="HEAD",
+                       help="the head the launcher printed as it ended (`[mur run] sealed: "
+                            "head HEAD`; 12 to 64 hex digits): exit 1 unless the final "
+                            "seal's head starts with it")
     audit.add_argument("--json", action="store_true",
                        help="print one JSON object: formation_id, ok, edges, traces_read, "
-                            "calls_checked, violations")
+                            "calls, calls_checked, violations, limits_reached, approvals, "
+                            "refused, sealed, seals_read, unsealed, head, expected_head, "
+                            "launcher_running")
     audit.set_defaults(handler=_audit)
 
 
 def _audit(args: argparse.Namespace) -> int:
     import json
 
-    from launcher.commands.audit import AuditRefused, audit, render_report
+    from launcher.commands.audit import AuditRefused, audit, normal_head, render_report
     from launcher.commands.common import failer
     from launcher.ids import is_formation_id
 
@@ -58,8 +69,12 @@ def _audit(args: argparse.Namespace) -> int:
     if not is_formation_id(args.formation):
         return fail(f"{args.formation!r} is not a formation id (frm_ followed by 32 "
                     "lowercase hex digits)")
+    expect = None if args.expect is None else normal_head(args.expect)
+    if args.expect is not None and expect is None:
+        return fail(f"--expect {args.expect!r} is not a head: 12 to 64 hex digits, as "
+                    "`[mur run] sealed: head …` printed it")
     try:
-        report = audit(args.formation)
+        report = audit(args.formation, expect)
     except AuditRefused as refused:
         return fail(str(refused))
     except OSError as exc:

@@ -34,7 +34,7 @@ def running_state(live: list[RunningRecord]) -> dict[str, Any]:
             formations[record.id] = {"formation_id": record.id, "launcher_pid": record.pid,
                                      "project_dir": record.project_dir,
                                      "entry": record.member, "started": record.started,
-                                     "members": []}
+                                     "seal_head": record.seal_head, "members": []}
     sessions = sorted((r for r in live if r.kind == "session"), key=lambda r: r.started)
     rows = {record.id: _session_row(record, formations.get(record.formation_id or "", {})
                                     .get("entry")) for record in sessions}
@@ -48,7 +48,7 @@ def running_state(live: list[RunningRecord]) -> dict[str, Any]:
             formation = formations.setdefault(record.formation_id, {
                 "formation_id": record.formation_id, "launcher_pid": None,
                 "project_dir": None, "entry": None, "started": record.started,
-                "members": []})
+                "seal_head": None, "members": []})
             formation["members"].append(row)
         else:
             standalone.append(row)

@@ -14,8 +14,9 @@
 7. End: when the entry member ends, on SIGINT/SIGTERM/SIGHUP, when a peer does not come
    up, or at ``--deadline``, close the lifelines (never SIGTERM a member), SIGKILL the
    group of any member still running 25 s later, end whatever is left below the launcher
-   (it is a child subreaper: a daemon of a member killed with SIGKILL comes to it), drop
-   the key, run retention, remove the running record.
+   (it is a child subreaper: a daemon of a member killed with SIGKILL comes to it), seal
+   the record a last time, drop the key, run retention, remove the running record, and
+   say the final seal's head as the launcher's last line (docs/audit.md).
 
 This module holds the command (:func:`main`: its refusals before anything starts, then
 admission and the warnings) and :class:`Launch`, which drives the steps in order. Beside
@@ -70,7 +71,7 @@ from launcher.formation.ready import (
 )
 from launcher.formation.record import LauncherRecord
 from launcher.formation.restarts import RestartBook, restarted_line, stays_down_line
-from launcher.formation.sealing import FormationSeals
+from launcher.formation.sealing import FormationSeals, sealed_line
 from launcher.formation.template import MemberTemplate, TemplateFailed
 from launcher.formation.waiting import ReadyBounds, await_peers
 from launcher.home.formations import (
@@ -279,6 +280,11 @@ class Launch:
             self._record.remove()
             for signum in _SIGNALS:
                 loop.remove_signal_handler(signum)
+            # Last of all, so the operator finds the head where they look first.
+            line = None if self._seals is None else sealed_line(self._seals,
+                                                                json_mode=self.json_mode)
+            if line is not None:
+                say(line)
         return exit_code(outcome, self.members.get(self.admitted.entry.name),
                          signalled=self.signal, task=self.task)
 
@@ -348,7 +354,8 @@ class Launch:
         except OSError as exc:
             say(format_no_marker_warning(exc.strerror or str(exc)))
         else:
-            self._seals = FormationSeals(self.formation_id, self._key, say)
+            self._seals = FormationSeals(self.formation_id, self._key, say,
+                                         on_seal=self._record.sealed)
             self._seals.start(self.members.values)
         for peer in self.admitted.peers:
             try:

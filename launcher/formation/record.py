@@ -3,8 +3,10 @@ docs/runtime-files.md), by which ``mur ps`` and ``mur stop`` find a formation.
 
 In order: written as the launch starts, naming the entry member; completed with the
 entry member's door once it is ready (before the formation line is printed, so whoever
-reads the line finds the record complete); removed when the formation has ended. A
-record that cannot be written is said on stderr and the formation runs anyway.
+reads the line finds the record complete); rewritten with the head of each seal the
+launcher writes (docs/audit.md), so an operator can note it while the formation runs;
+removed when the formation has ended. A record that cannot be written is said on stderr
+and the formation runs anyway.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ class LauncherRecord:
             self._record = dataclasses.replace(
                 self._record, member=entry.name, door_url=entry.ready.door_url,
                 records_dir=str(entry.ready.records_dir), public_url=entry.ready.public_url)
+            self._save()
+
+    def sealed(self, head: str) -> None:
+        """The head of the seal just written."""
+        if self._record is not None:
+            self._record = dataclasses.replace(self._record, seal_head=head)
             self._save()
 
     def remove(self) -> None:

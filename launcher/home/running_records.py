@@ -49,6 +49,9 @@ class RunningRecord:
     parent_session: str | None = None
     #: How many times the launcher started this member again (docs/restarts.md).
     restarts: int = 0
+    #: A launcher's: the head of the latest seal it wrote (docs/audit.md), 64 hex digits;
+    #: None before the first.
+    seal_head: str | None = None
 
     def is_live(self) -> bool:
         """The recorded process still runs (same pid, same start time)."""
@@ -71,7 +74,8 @@ class RunningRecord:
             raise ValueError("pid must be a positive integer")
         optional: dict[str, str | None] = {}
         for name in ("start", "formation_id", "member", "door_url", "records_dir",
-                     "project_dir", "capsule", "version", "public_url", "parent_session"):
+                     "project_dir", "capsule", "version", "public_url", "parent_session",
+                     "seal_head"):
             value = data.get(name)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name} must be a string")

@@ -6,19 +6,23 @@ stopped. A seal is one line: ``{"formation", "seq", "at", "members": {"<name>":
 {"session", "records", "head"}}, "signature"}``: for each member, how many records its
 trace held (up to its last complete line) and the ``link`` of the last of them
 (launcher/home/trace_chain.py), signed with the formation key over the seal's canonical
-JSON (sorted keys, no spaces, UTF-8, without ``signature``). The public key is in
-``formation.json``; the private key is dropped when the formation ends, so seals can be
-checked forever and made by nobody after.
+JSON (sorted keys, no spaces, UTF-8, without ``signature``). The last seal is marked
+``"final": true``; a seal's head (:func:`seal_head`) is the SHA-256 of that same
+canonical JSON, and the final seal's head, which the launcher prints as it ends, names
+the whole record. The public key is in ``formation.json``; the private key is dropped
+when the formation ends, so seals can be checked forever and made by nobody after.
 
-In order: the canonical form and the signature (:func:`canonical`, :func:`seal_valid`);
-:class:`TraceCursor`, one trace read as it grows (only its new bytes each time);
-:class:`Sealer`, the launcher's side; then what ``mur audit`` checks
-(:func:`verify_seals`): every seal's signature and sequence, and every member's trace
-against every seal, each finding with its file and line.
+In order: the canonical form, the head and the signature (:func:`canonical`,
+:func:`seal_head`, :func:`seal_valid`); :class:`TraceCursor`, one trace read as it grows
+(only its new bytes each time); :class:`Sealer`, the launcher's side; then what ``mur
+audit`` checks (:func:`check_seals`): every seal's signature and sequence, every
+member's trace against every seal, then, once the launcher has ended, that the record
+ends with its final seal; each finding with its file and line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -28,11 +32,15 @@ from typing import Any
 
 from launcher.home.trace_chain import TraceLine, link, record_of, seed
 
-__all__ = ["SEALS_FILE", "SEAL_INTERVAL", "SealFinding", "Sealer", "TraceCursor",
-           "canonical", "read_seals", "seal_valid", "verify_seals"]
+__all__ = ["SEALS_FILE", "SEAL_INTERVAL", "SHORT_HEAD", "SealCheck", "SealFinding",
+           "Sealer", "TraceCursor", "canonical", "check_seals", "read_seals", "seal_head",
+           "seal_valid", "verify_seals"]
 
 SEALS_FILE = "seals.jsonl"
 SEAL_INTERVAL = 10.0
+#: How many hex digits of a head the launcher prints (48 bits: enough that a record
+#: made to match a head it was shown is out of reach, short enough to copy by hand).
+SHORT_HEAD = 12
 Sign = Callable[[bytes], bytes]
 
 
@@ -41,6 +49,13 @@ def canonical(seal: Mapping[str, Any]) -> bytes:
     body = {key: value for key, value in seal.items() if key != "signature"}
     return json.dumps(body, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False).encode("utf-8")
+
+
+def seal_head(seal: Mapping[str, Any]) -> str:
+    """The seal's head: the SHA-256 (64 lowercase hex digits) of its canonical form, the
+    bytes its signature covers. It commits to every member's session, record count and
+    last record's link, so the final seal's head names the whole record."""
+    return hashlib.sha256(canonical(seal)).hexdigest()
 
 
 def _b64(data: bytes) -> str:
@@ -126,11 +141,12 @@ class Sealer:
         """Append a seal when a trace grew since the last (always when ``final``); the
         seal written, else None."""
         grew = [cursor.advance() for cursor in self.cursors.values()]
-        if not any(grew) and not (final and self.cursors):
+        # The final seal is written even when no member came up (it then names none):
+        # every formation that ends ends with one, so a record without it was cut.
+        if not any(grew) and not final:
             return None
-        self.seq += 1
         seal: dict[str, Any] = {
-            "formation": self.formation_id, "seq": self.seq, "at": at,
+            "formation": self.formation_id, "seq": self.seq + 1, "at": at,
             "members": {name: {"session": cursor.session_id, "records": cursor.records,
                                "head": cursor.head}
                         for name, cursor in sorted(self.cursors.items())}}
@@ -146,6 +162,7 @@ class Sealer:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
+        self.seq += 1   # only once written: a seal that failed leaves no gap in the count
         return seal
 
 
@@ -153,8 +170,10 @@ class Sealer:
 
 @dataclass(frozen=True)
 class SealFinding:
-    """Something the seals say of the record: ``kind`` is ``tampered`` (exit 1) or
-    ``unsealed`` (records after the last seal: a launcher that did not end its run)."""
+    """Something the seals say of the record: ``kind`` is ``tampered`` or
+    ``incomplete`` (both exit 1: a seal or record changed; the final seal or the whole
+    ``seals.jsonl`` missing), or ``unsealed`` (records after the last seal of a launcher
+    still running). ``line`` 0 names the whole file."""
 
     kind: str
     file: str
@@ -162,25 +181,59 @@ class SealFinding:
     problem: str
 
 
+@dataclass(frozen=True)
+class SealCheck:
+    """What :func:`check_seals` found: its findings, the seal lines read, and the last
+    seal whose signature verified (its line and the seal), final or not."""
+
+    findings: list[SealFinding]
+    read: int = 0
+    last: tuple[int, dict[str, Any]] | None = None
+
+    @property
+    def final(self) -> tuple[int, dict[str, Any]] | None:
+        """The final seal, when the last seal that verified is marked final."""
+        return self.last if self.last is not None and self.last[1].get("final") is True \
+            else None
+
+
 def read_seals(path: Path) -> list[tuple[int, bytes, dict[str, Any] | None]]:
-    """(line number, bytes, seal or None when the line is not a JSON object)."""
+    """(line number, bytes, seal or None when the line is not a JSON object); none when
+    the file is missing."""
     try:
-        data = path.read_bytes()
+        return _seal_lines(path.read_bytes())
     except FileNotFoundError:
         return []
+
+
+def _seal_lines(data: bytes) -> list[tuple[int, bytes, dict[str, Any] | None]]:
     return [(number, raw, record_of(raw)) for number, raw in
             enumerate(data.split(b"\n"), start=1) if raw.strip()]
 
 
 def verify_seals(seals_path: Path, public_key: bytes, formation_id: str,
                  traces: Mapping[str, tuple[str, list[TraceLine]]]) -> list[SealFinding]:
+    """The findings of :func:`check_seals` for a launcher that may still run: the seals
+    and the traces against them, without asking for the final seal."""
+    return check_seals(seals_path, public_key, formation_id, traces, ended=False).findings
+
+
+def check_seals(seals_path: Path, public_key: bytes, formation_id: str,
+                traces: Mapping[str, tuple[str, list[TraceLine]]], *,
+                ended: bool) -> SealCheck:
     """Every seal against the key and the sequence, then every member's trace (by
-    member: its file and its record lines) against the seals that name it."""
+    member: its file and its record lines) against the seals that name it; then, when
+    the launcher has ended (``ended``), that ``seals.jsonl`` is there and its last seal
+    is the final one."""
     findings: list[SealFinding] = []
     where = str(seals_path)
+    try:
+        lines = _seal_lines(seals_path.read_bytes())
+    except FileNotFoundError:
+        lines = None
     valid: list[tuple[int, dict[str, Any]]] = []
     expected = 1
-    for number, _raw, seal in read_seals(seals_path):
+    for number, _raw, seal in lines or ():
         if seal is None or not seal_valid(seal, public_key) \
                 or seal.get("formation") != formation_id:
             findings.append(SealFinding("tampered", where, number,
@@ -194,14 +247,41 @@ def verify_seals(seals_path: Path, public_key: bytes, formation_id: str,
                                         "before it was removed or moved"))
         expected = seq + 1 if isinstance(seq, int) else expected + 1
         valid.append((number, seal))
-    for member, (file, lines) in sorted(traces.items()):
-        findings += _trace_against_seals(member, file, lines, valid, where)
+    for member, (file, trace) in sorted(traces.items()):
+        findings += _trace_against_seals(member, file, trace, valid, where, ended=ended)
     for member, number in _sealed_members(valid).items():
         if member not in traces:
             findings.append(SealFinding("tampered", where, number,
                                         f"the seals name member {member}, whose trace is "
                                         "gone from this MURMUR_HOME"))
-    return findings
+    check = SealCheck(findings, len(lines or ()), valid[-1] if valid else None)
+    if ended:
+        findings += _not_final(check, where, missing=lines is None)
+    return check
+
+
+def _not_final(check: SealCheck, where: str, *, missing: bool) -> list[SealFinding]:
+    """Why a record whose launcher has ended does not end with its final seal: the
+    launcher writes one as its last act (even for a formation whose members never came
+    up), so without it the record was cut, or the launcher was killed."""
+    if missing:
+        return [SealFinding("incomplete", where, 0,
+                            "seals.jsonl is gone: formation.json names the formation's key, "
+                            "so its launcher sealed the record and ended it with a final "
+                            "seal (the file was removed, or the launcher could not write "
+                            "it and said so)")]
+    if check.last is None:
+        return [SealFinding("incomplete", where, 0,
+                            "no seal of the launcher's is left: the record cannot be shown "
+                            "whole")]
+    if check.final is not None:
+        return []
+    number, seal = check.last
+    return [SealFinding("incomplete", where, number,
+                        f"the record has no final seal: it ends at seal {seal.get('seq')} "
+                        f"({seal.get('at') or 'no time'}); the launcher was killed before "
+                        f"it sealed the end, or the seals after seal {seal.get('seq')} were "
+                        "removed (and with them, the records they sealed)")]
 
 
 def _sealed_members(seals: list[tuple[int, dict[str, Any]]]) -> dict[str, int]:
@@ -217,7 +297,7 @@ def _sealed_members(seals: list[tuple[int, dict[str, Any]]]) -> dict[str, int]:
 
 def _trace_against_seals(member: str, file: str, lines: list[TraceLine],
                          seals: list[tuple[int, dict[str, Any]]],
-                         where: str) -> list[SealFinding]:
+                         where: str, *, ended: bool) -> list[SealFinding]:
     findings: list[SealFinding] = []
     sealed = 0
     for number, seal in seals:
@@ -252,8 +332,23 @@ def _trace_against_seals(member: str, file: str, lines: list[TraceLine],
         sealed = max(sealed, count)
     if len(lines) > sealed:
         first = lines[sealed].number
+        final = seals[-1] if seals and seals[-1][1].get("final") is True else None
+        named = final is not None and isinstance(final[1].get("members"), dict) \
+            and member in final[1]["members"]
+        if final is not None and named:
+            # The final seal is written after every member stopped: nothing of a member
+            # it names can come after it but what someone added to the trace.
+            findings.append(SealFinding(
+                "tampered", file, first,
+                f"{len(lines) - sealed} record(s) of {member} from line {first} on follow "
+                f"the final seal ({where}:{final[0]}), written after every member had "
+                "stopped: they were added afterwards"))
+            return findings
+        why = ("it never saw this member come up" if final is not None
+               else "killed, or the seals after them removed" if ended
+               else "killed, or still running")
         findings.append(SealFinding(
             "unsealed", file, first,
             f"{len(lines) - sealed} record(s) of {member} from line {first} on are after "
-            "the last seal (the launcher did not seal them: killed, or still running)"))
+            f"the last seal (the launcher did not seal them: {why})"))
     return findings

@@ -1,10 +1,15 @@
 """The sealed record (docs/audit.md): a real formation's traces are hash-chained and
 sealed by the launcher, ``mur audit`` reads them clean, and each way of changing the
-record afterwards is found with its file and line; a launcher killed with SIGKILL leaves
-a sealed part that verifies and a tail reported unsealed, not tampered."""
+record afterwards is found with its file and line. Each way of cutting its tail is
+found too: the traces cut back to a seal with the later seals removed, ``seals.jsonl``
+removed, the key removed from ``formation.json``; the head the launcher printed as it
+ended (and kept in its running record while it ran) is checked by ``--expect``. A
+launcher killed with SIGKILL leaves a sealed part that verifies, a tail reported
+unsealed, and no final seal: incomplete, not tampered."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -16,7 +21,8 @@ from typing import Any
 import pytest
 
 from launcher.home.formations import formation_dir
-from launcher.home.seals import SEALS_FILE
+from launcher.home.paths import running_dir
+from launcher.home.seals import SEALS_FILE, canonical
 from launcher.home.trace import find_formation_traces
 from tests.support.formation import (
     PLANNER_AGENT,
@@ -26,6 +32,7 @@ from tests.support.formation import (
     simple_project,
     start_launcher,
 )
+from tests.support.member import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +64,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err.decode()
     return {"home": home, "formation": json.loads(out.decode().splitlines()[0])[
-        "formation_id"]}
+        "formation_id"], "stderr": err.decode()}
 
 
 @pytest.fixture
@@ -89,6 +96,27 @@ def rewrite(path: Path, change: Any) -> None:
 def tampered(report: dict[str, Any]) -> list[tuple[str, int]]:
     return [(Path(v["trace"]).name, v["line"]) for v in report["violations"]
             if v["event"] == "tampered"]
+
+
+def head_of(seal_line: str) -> str:
+    """A seal's head (docs/audit.md): the SHA-256 of what its signature covers."""
+    return hashlib.sha256(canonical(json.loads(seal_line))).hexdigest()
+
+
+def seal_lines(formation_id: str) -> list[str]:
+    return (formation_dir(formation_id) / SEALS_FILE).read_text().splitlines()
+
+
+def cut_to_first_seal(formation_id: str) -> int:
+    """Every member's trace cut back to what seal 1 sealed; the records cut."""
+    first = json.loads(seal_lines(formation_id)[0])
+    cut = 0
+    for member, path in find_formation_traces(formation_id):
+        lines = path.read_text().splitlines()
+        keep = first["members"][member]["records"]
+        cut += len(lines) - keep
+        path.write_text("".join(line + "\n" for line in lines[:keep]))
+    return cut
 
 
 def test_a_formation_that_ran_audits_clean_and_sealed(ran: dict[str, Any],
@@ -199,7 +227,8 @@ def test_a_seal_changed_is_found_at_its_line(ran: dict[str, Any], home: Path,
 def test_a_launcher_killed_leaves_a_sealed_part_and_an_unsealed_tail(
         tmp_path: Path, murmur_home: Path) -> None:
     """SIGKILL to the launcher after its first periodic seal: the sealed part verifies;
-    what the members wrote after it is reported unsealed, and the audit passes."""
+    what the members wrote after it is reported unsealed; the record has no final seal,
+    and the audit fails, saying so (a cut tail leaves the same record)."""
     slow = ("import asyncio\nasync def run(task):\n"
             "    await asyncio.sleep(float(task.text))\n    return 'slept'\n")
     project = simple_project(tmp_path, ["planner", "coder"], entry="planner",
@@ -221,7 +250,140 @@ def test_a_launcher_killed_leaves_a_sealed_part_and_an_unsealed_tail(
         subprocess.run(["pkill", "-KILL", "-f", formation_id], check=False)
     time.sleep(1.0)
     code, shown, report = audit(formation_id)
-    assert code == 0, shown
-    assert report["violations"] == []
+    assert code == 1, shown
+    assert [(v["event"], v["trace"]) for v in report["violations"]] == [
+        ("incomplete", str(seals))], report["violations"]
+    assert "the record has no final seal" in report["violations"][0]["problem"]
     assert report["unsealed"], shown
     assert "unsealed: " in shown and "after the last seal" in shown
+
+
+# --- a cut tail, and the head the launcher printed ---------------------------------------
+
+def test_traces_cut_back_to_the_first_seal_with_the_later_seals_removed_fail_the_audit(
+        ran: dict[str, Any], home: Path) -> None:
+    """Every trace cut back to what seal 1 sealed, every later seal removed, the final
+    one included: each part left verifies on its own; the missing final seal fails it."""
+    formation_id = ran["formation"]
+    calls = audit(formation_id)[2]["calls"]
+    seals = formation_dir(formation_id) / SEALS_FILE
+    assert len(seal_lines(formation_id)) >= 2, "the formation ran past its first seal"
+    assert cut_to_first_seal(formation_id) > 0
+    seals.write_text(seal_lines(formation_id)[0] + "\n")
+    code, shown, report = audit(formation_id)
+    assert report["calls"] < calls, report         # the cut took calls with it
+    assert code == 1, shown
+    assert f"incomplete: {seals}:1: the record has no final seal: it ends at seal 1 " \
+        in shown
+    assert [(v["event"], v["trace"], v["line"]) for v in report["violations"]] == [
+        ("incomplete", str(seals), 1)]
+    assert report["head"] is None and report["seals_read"] == 1
+
+
+def test_the_key_removed_the_seals_removed_and_the_traces_cut_fail_the_audit(
+        ran: dict[str, Any], home: Path) -> None:
+    """Without formation.json's key, the seals cannot be checked: the chained traces
+    say the launcher sealed, so the missing key fails the audit, naming formation.json."""
+    formation_id = ran["formation"]
+    marker = formation_dir(formation_id) / "formation.json"
+    data = json.loads(marker.read_text())
+    del data["public_key"]
+    marker.write_text(json.dumps(data))
+    cut_to_first_seal(formation_id)
+    (formation_dir(formation_id) / SEALS_FILE).unlink()
+    code, shown, report = audit(formation_id)
+    assert code == 1, shown
+    assert f"tampered: {marker}: formation.json names no public_key, yet its traces are " \
+        "hash-chained (" in shown
+    assert [(v["event"], v["trace"], v["line"]) for v in report["violations"]] == [
+        ("tampered", str(marker), 0)]
+    assert report["sealed"] is False
+
+
+def test_seals_jsonl_removed_alone_fails_the_audit(ran: dict[str, Any], home: Path) -> None:
+    formation_id = ran["formation"]
+    seals = formation_dir(formation_id) / SEALS_FILE
+    seals.unlink()
+    code, shown, report = audit(formation_id)
+    assert code == 1, shown
+    assert f"incomplete: {seals}: seals.jsonl is gone" in shown
+    assert [(v["event"], v["trace"]) for v in report["violations"]] == [
+        ("incomplete", str(seals))]
+
+
+def test_a_record_added_after_the_final_seal_with_its_chain_fails_the_audit(
+        ran: dict[str, Any], home: Path) -> None:
+    """A record appended with a correct prev keeps the chain whole; the final seal was
+    written after every member stopped, so nothing of theirs can follow it."""
+    from launcher.home.trace_chain import link
+
+    path = trace_of(ran["formation"], "reviewer")
+    last = path.read_text().splitlines()[-1]
+    forged = {**json.loads(last), "event": "member_call", "callee": "coder",
+              "task_id": "forged", "prev": link(last.encode())}
+    with path.open("a") as out:
+        out.write(json.dumps(forged, separators=(",", ":")) + "\n")
+    code, shown, report = audit(ran["formation"])
+    assert code == 1, shown
+    line = len(path.read_text().splitlines())
+    assert ("trace.jsonl", line) in tampered(report), report["violations"]
+    assert "follow the final seal" in shown and report["unsealed"] == []
+
+
+def test_expect_checks_the_head_the_launcher_printed_last(ran: dict[str, Any],
+                                                          home: Path) -> None:
+    """With --json the launcher's last stderr line is {"event": "sealed", "head"}: the
+    final seal's head, short. --expect passes with it (or the full head), fails with
+    another."""
+    formation_id = ran["formation"]
+    said = json.loads(ran["stderr"].splitlines()[-1])
+    final = seal_lines(formation_id)[-1]
+    head = head_of(final)
+    assert said == {"event": "sealed", "formation_id": formation_id,
+                    "head": head[:12], "seals": json.loads(final)["seq"]}
+    for given in (head[:12], head, head[:12].upper()):
+        done = mur("audit", formation_id, "--expect", given, env={**os.environ})
+        assert done.returncode == 0, done.stdout
+        assert f"final head {head[:12]})" in done.stdout
+    wrong = ("0" if head[0] != "0" else "1") + head[1:12]
+    done = mur("audit", formation_id, "--expect", wrong, env={**os.environ})
+    assert done.returncode == 1, done.stdout
+    assert f"the final seal's head is {head[:12]}, not the {wrong} expected" in done.stdout
+    report = json.loads(mur("audit", formation_id, "--expect", wrong, "--json",
+                            env={**os.environ}).stdout)
+    assert (report["head"], report["expected_head"]) == (head, wrong)
+    assert [v["event"] for v in report["violations"]] == ["unexpected_head"]
+    assert mur("audit", formation_id, "--expect", head[:6],
+               env={**os.environ}).returncode == 2
+
+
+def test_the_running_record_holds_the_latest_head_and_the_last_line_the_final(
+        tmp_path: Path, murmur_home: Path) -> None:
+    """While a formation runs, running/<id>.json (and mur ps --json) holds the head of
+    the latest seal; as it ends, the launcher's last line (text) names the final one."""
+    project = simple_project(tmp_path, ["planner", "coder"], entry="planner",
+                             reachability={"planner": ["coder"]})
+    process = start_launcher(project)      # no --task: it serves until stopped
+    try:
+        formation_id = wait_for(lambda: next(
+            (path.stem for path in running_dir().glob("frm_*.json")), None), timeout=60)
+        record = running_dir() / f"{formation_id}.json"
+        # The first periodic seal comes SEAL_INTERVAL (10 s) after the launch.
+        head = wait_for(lambda: json.loads(record.read_text()).get("seal_head"),
+                        timeout=60)
+        assert head == head_of(seal_lines(formation_id)[-1])
+        [row] = [f for f in json.loads(mur("ps", "--json").stdout)["formations"]
+                 if f["formation_id"] == formation_id]
+        assert row["seal_head"] in (head, head_of(seal_lines(formation_id)[-1]))
+        assert mur("stop", formation_id).returncode == 0
+        _, err = process.communicate(timeout=120)
+    finally:
+        kill_group_quietly(process)
+    last = err.decode().splitlines()[-1]
+    final = seal_lines(formation_id)[-1]
+    assert json.loads(final)["final"] is True
+    short = head_of(final)[:12]
+    assert last.startswith(f"[mur run] sealed: head {short} ("), err.decode()
+    assert last.split("head ", 1)[1].split()[0] == short
+    done = mur("audit", formation_id, "--expect", short)
+    assert done.returncode == 0, done.stdout

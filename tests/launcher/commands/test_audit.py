@@ -165,14 +165,41 @@ def test_the_command_exits_0_clean_and_1_with_violations(
                         "caller": "coder", "callee": "planner", "task_id": "c1",
                         "problem": "is no admitted edge"}],
         "limits_reached": [], "approvals": [], "refused": [],
-        # A formation.json without the formation's public key: nothing sealed to check.
-        "sealed": False, "seals_read": 0, "unsealed": []}
+        # A formation.json without the formation's public key, traces without prev:
+        # launched by a mur that did not seal, nothing sealed to check. Its launcher_pid
+        # (1, no start time) runs.
+        "sealed": False, "seals_read": 0, "unsealed": [], "head": None,
+        "expected_head": None, "launcher_running": True}
 
 
-@pytest.mark.parametrize("case", ["bad id", "no marker", "no edges"])
+def test_a_chained_trace_beside_a_marker_without_its_key_is_tampered(
+        murmur_home: Path) -> None:
+    """The chain, the seals and the key came together: a chained trace (or a
+    seals.jsonl) beside a formation.json without public_key says the key was removed."""
+    formation_id = formation(murmur_home)
+    marker = formation_dir(formation_id) / "formation.json"
+    path = trace(formation_id, "coder", {"ts": "t1", "event": "task_state", "prev": "x"})
+    [violation] = audit(formation_id).violations
+    assert (violation.event, violation.trace, violation.line) == ("tampered", str(marker), 0)
+    assert f"its traces are hash-chained ({path}:2 carries prev)" in violation.problem
+    assert render_report(audit(formation_id)).startswith(f"tampered: {marker}: ")
+    path.write_text(path.read_text().replace(',"prev": "x"', "").replace(', "prev": "x"', ""))
+    assert audit(formation_id).violations == ()            # a mur before the seals
+    (formation_dir(formation_id) / "seals.jsonl").write_text("{}\n")
+    [violation] = audit(formation_id).violations
+    assert "seals.jsonl holds seals" in violation.problem
+
+
+@pytest.mark.parametrize("case", ["bad id", "no marker", "no edges", "short head"])
 def test_the_command_exits_2_when_it_cannot_audit(
         murmur_home: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
     formation_id = "frm_nope" if case == "bad id" else new_formation_id()
+    if case == "short head":
+        formation_id = formation(murmur_home)
+        assert main(["audit", formation_id, "--expect", "3f9c2a"]) == 2
+        assert main(["audit", formation_id, "--expect", "3f9c2a1b7d4z"]) == 2
+        assert "is not a head: 12 to 64 hex digits" in capsys.readouterr().err
+        return
     if case == "no edges":
         formation_id = formation(murmur_home)
         path = formation_dir(formation_id) / "formation.json"

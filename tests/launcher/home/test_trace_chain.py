@@ -117,11 +117,18 @@ def test_a_seal_is_signed_over_its_canonical_form_and_checks_a_trace(
     lines = trace_lines(trace.read_bytes())
     assert verify_seals(tmp_path / "seals.jsonl", key.public_bytes, FORMATION,
                         {"coder": (str(trace), lines)}) == []
-    # Records the seals do not cover yet are unsealed; fewer than sealed, tampered.
+    # Records the seals do not cover yet are unsealed while no final seal came; after
+    # the final seal (every member had stopped), added: tampered. Fewer than sealed,
+    # tampered.
     with TraceWriter(trace, session_id=SESSION) as writer:
         writer.write("late")
-    findings = verify_seals(tmp_path / "seals.jsonl", key.public_bytes, FORMATION,
-                            {"coder": (str(trace), trace_lines(trace.read_bytes()))})
+    grown = {"coder": (str(trace), trace_lines(trace.read_bytes()))}
+    findings = verify_seals(tmp_path / "seals.jsonl", key.public_bytes, FORMATION, grown)
+    assert [(f.kind, f.line) for f in findings] == [("tampered", 4)]
+    assert "follow the final seal" in findings[0].problem
+    only_first = tmp_path / "first.jsonl"
+    only_first.write_bytes((tmp_path / "seals.jsonl").read_bytes().splitlines(True)[0])
+    findings = verify_seals(only_first, key.public_bytes, FORMATION, grown)
     assert [(f.kind, f.line) for f in findings] == [("unsealed", 4)]
     findings = verify_seals(tmp_path / "seals.jsonl", key.public_bytes, FORMATION,
                             {"coder": (str(trace), lines[:2])})
