@@ -25,6 +25,9 @@ _EXPORTS: dict[str, str] = {
     "JwtIssuer": "gateway.auth.credentials",
     "OperatorToken": "gateway.auth.credentials",
     "AuthPolicy": "gateway.auth.door_auth",
+    "APPROVAL_ROOM": "gateway.auth.edge_limits",
+    "APPROVE_QUEUE_DEFAULT": "gateway.auth.edge_limits",
+    "APPROVE_QUEUE_MAX": "gateway.auth.edge_limits",
     "DoorBounds": "gateway.auth.edge_limits",
     "CallBounds": "gateway.proxy.call_bounds",
     "DepthOf": "gateway.proxy.call_bounds",
@@ -113,6 +116,9 @@ _EXPORTS: dict[str, str] = {
 }
 __all__ = [
     "A2A_VERSION",
+    "APPROVAL_ROOM",
+    "APPROVE_QUEUE_DEFAULT",
+    "APPROVE_QUEUE_MAX",
     "ASGIApp",
     "AgentFn",
     "AllowList",
@@ -226,7 +232,13 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
     from gateway.a2a.models import Part
     from gateway.auth.credentials import CredentialError, DeclaredBearer, JwtIssuer, OperatorToken
     from gateway.auth.door_auth import AuthPolicy
-    from gateway.auth.edge_limits import DoorBounds, EdgeLimits
+    from gateway.auth.edge_limits import (
+        APPROVAL_ROOM,
+        APPROVE_QUEUE_DEFAULT,
+        APPROVE_QUEUE_MAX,
+        DoorBounds,
+        EdgeLimits,
+    )
     from gateway.auth.tokens import (
         FormationKey,
         FormationVerifier,

@@ -22,6 +22,11 @@ tells it when the task is made (:meth:`EdgeCall.task_created`) and when it ends
 on the task. The checks are synchronous and DoorAuth calls them in its own step: a
 bounded door adds no ASGI layer.
 
+An edge with ``approve: true`` also says how many of the door's :data:`APPROVAL_ROOM`
+waiting places its caller may hold at once (``approve_queue``, default
+:data:`APPROVE_QUEUE_DEFAULT`); the task store's approvals enforce it
+(gateway/door/approvals.py), not the guard.
+
 In order: the limits (:class:`EdgeLimits`, :class:`DoorBounds`, read from the channel's
 wire form), one edge's counts (:class:`EdgeCounts`), :class:`EdgeCall`, the guard.
 """
@@ -39,7 +44,17 @@ from gateway.auth.refusals import Refused
 from gateway.caller import Caller
 from gateway.protocol import CALL_DEPTH_HEADER, MEMBER_NAME_RE
 
-__all__ = ["EDGE_CALL", "DoorBounds", "EdgeCall", "EdgeGuard", "EdgeLimits"]
+__all__ = ["APPROVAL_ROOM", "APPROVE_QUEUE_DEFAULT", "APPROVE_QUEUE_MAX", "EDGE_CALL",
+           "DoorBounds", "EdgeCall", "EdgeGuard", "EdgeLimits"]
+
+#: Tasks that may wait for the operator at one door at once, whoever called.
+APPROVAL_ROOM: Final = 64
+#: How many of them one caller may hold when its edge names no ``approve_queue``: a
+#: quarter of the room, so one caller never keeps another's call from waiting.
+APPROVE_QUEUE_DEFAULT: Final = 16
+#: The largest ``approve_queue``: one caller at it still leaves the room a default share
+#: for the others.
+APPROVE_QUEUE_MAX: Final = APPROVAL_ROOM - APPROVE_QUEUE_DEFAULT
 
 #: The methods that start a task: the only ones bounded.
 _BOUNDED_METHODS: Final = frozenset({"SendMessage", "SendStreamingMessage"})
@@ -68,30 +83,44 @@ class EdgeLimits:
     approve: bool = False
     #: Seconds a call waits for the operator before it is rejected.
     approve_timeout: float | None = None
+    #: How many of the caller's calls may wait for the operator here at once (its share
+    #: of the approval room; ``None``: :data:`APPROVE_QUEUE_DEFAULT`).
+    approve_queue: int | None = None
+
+    @property
+    def approval_share(self) -> int:
+        """The places of the door's approval room this edge's caller may hold."""
+        return self.approve_queue or APPROVE_QUEUE_DEFAULT
 
     def wire(self) -> dict[str, Any]:
         return {key: value for key, value in (
             ("calls", self.calls), ("concurrent", self.concurrent),
             ("per_minute", self.per_minute), ("approve", self.approve or None),
-            ("approve_timeout", self.approve_timeout)) if value is not None}
+            ("approve_timeout", self.approve_timeout),
+            ("approve_queue", self.approve_queue)) if value is not None}
 
     @classmethod
     def from_wire(cls, data: Any) -> EdgeLimits:
         if not isinstance(data, Mapping) or set(data) - {
-                "calls", "concurrent", "per_minute", "approve", "approve_timeout"}:
+                "calls", "concurrent", "per_minute", "approve", "approve_timeout",
+                "approve_queue"}:
             raise ValueError("an edge's limits must be an object of calls, concurrent, "
-                             "per_minute, approve, approve_timeout")
+                             "per_minute, approve, approve_timeout, approve_queue")
         counts = {key: _positive(data.get(key), key) for key in
                   ("calls", "concurrent", "per_minute")}
         approve = data.get("approve", False)
         timeout = data.get("approve_timeout")
+        queue = _positive(data.get("approve_queue"), "approve_queue")
         if not isinstance(approve, bool):
             raise ValueError("approve must be true or false")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(
                 timeout, int | float) or not 0 < timeout < math.inf):
             raise ValueError("approve_timeout must be a positive number of seconds")
+        if queue is not None and queue > APPROVE_QUEUE_MAX:
+            raise ValueError(f"approve_queue must be at most {APPROVE_QUEUE_MAX}")
         return cls(**counts, approve=approve,
-                   approve_timeout=None if timeout is None else float(timeout))
+                   approve_timeout=None if timeout is None else float(timeout),
+                   approve_queue=queue)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,16 @@ trace record (``decision: waiting``). Then exactly one of: the operator approves
 reason), ``approve_timeout`` passes (rejected, saying so), or it ends some other way
 (canceled, the session ending). Each decision is an ``approval`` record naming who
 decided and how long the task waited. A task waiting takes no place in the gate: it runs
-nothing. At most :data:`MAX_WAITING` wait at one door; past that a call is answered
-busy (``-32050``).
+nothing.
+
+The waiting room is shared by callers (docs/bounds.md, "Approval"): before a task that
+would wait is made (:meth:`Approvals.check_room`), first its caller's share is checked,
+then the room. A caller is the owner of the task (``caller.credential.owner``, as for
+streams: ``member:<name>`` for a formation token, so one edge's caller; only calls along
+an ``approve: true`` edge ever wait). One caller holds at most its share
+(``approve_queue`` on its edge, else :data:`APPROVE_QUEUE_DEFAULT`), and at most
+:data:`MAX_WAITING` wait at one door; past either a call is answered busy (``-32050``,
+which call-member offers again) with a message naming the bound and its key.
 """
 
 from __future__ import annotations
@@ -25,14 +33,15 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gateway.a2a.jsonrpc import RpcError, member_busy
+from gateway.auth.edge_limits import APPROVAL_ROOM, APPROVE_QUEUE_DEFAULT
 from gateway.door.task_record import TaskRecord, agent_message, message_text
 from gateway.protocol import APPROVAL_METADATA_KEY, TaskState
 from gateway.trace.bus import TraceBus, utc_timestamp
 
-__all__ = ["MAX_WAITING", "Approval", "Approvals"]
+__all__ = ["APPROVE_QUEUE_DEFAULT", "MAX_WAITING", "Approval", "Approvals"]
 
-#: Tasks that may wait for the operator at one door at once.
-MAX_WAITING: Final = 64
+#: Tasks that may wait for the operator at one door at once, all callers together.
+MAX_WAITING: Final = APPROVAL_ROOM
 #: How much of a task's text ``murmur.ListApprovals`` shows.
 TEXT_HEAD: Final = 200
 
@@ -67,19 +76,36 @@ class Approvals:
         self._run = run
         self._busy_retry_ms = busy_retry_ms
         self._waiting: dict[str, Approval] = {}
+        #: How many tasks wait, by owner (an owner with none is not kept).
+        self._held: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def check_room(self) -> None:
-        """Before a task that will wait is made: -32050 when the door holds enough."""
+    def check_room(self, owner: str, share: int = APPROVE_QUEUE_DEFAULT,
+                   caller: str | None = None) -> None:
+        """Before a task of ``owner`` that will wait is made: -32050 when ``owner`` holds
+        its ``share`` already, or the door holds :data:`MAX_WAITING`. ``caller`` is the
+        name the message gives the owner (a member's name)."""
+        held = self._held.get(owner, 0)
+        if held >= share:
+            who = f"member {caller}" if caller else owner
+            raise self._busy(
+                f"{who} already has {held} calls waiting for the operator here, its "
+                f"share of this door's approval room (approve_queue: {share}, on its edge "
+                "in roster.yaml: raise it to let more of its calls wait, or approve or "
+                "deny those: mur approvals)")
         if len(self._waiting) >= MAX_WAITING:
-            raise member_busy(self._busy_retry_ms)
+            raise self._busy(
+                f"{len(self._waiting)} calls wait for the operator here, all this door's "
+                "approval room holds (approve or deny them: mur approvals)")
 
     def hold(self, record: TaskRecord, caller: str, timeout: float) -> None:
-        """Accept ``record`` waiting for the operator, for at most ``timeout`` seconds."""
+        """Accept ``record`` waiting for the operator, for at most ``timeout`` seconds;
+        it takes one place of its owner's share (:meth:`check_room` came first)."""
         approval = Approval(record, caller, time.monotonic(), utc_timestamp(), timeout)
         self._waiting[record.id] = approval
+        self._held[record.owner] = self._held.get(record.owner, 0) + 1
         message = agent_message(
             f"Waiting for the operator's approval of this call from member {caller} "
             f"(approve: true in roster.yaml): mur approve or mur deny.",
@@ -116,7 +142,7 @@ class Approvals:
 
     def ended(self, record: TaskRecord) -> None:
         """The store: ``record`` ended some other way (canceled, the session ending)."""
-        approval = self._waiting.pop(record.id, None)
+        approval = self._leave(record.id)
         if approval is not None:
             if approval.timer is not None:
                 approval.timer.cancel()
@@ -133,8 +159,25 @@ class Approvals:
 
     # --- inside ------------------------------------------------------------------------
 
-    def _take(self, task_id: str) -> Approval:
+    def _busy(self, detail: str) -> RpcError:
+        """The gate's own refusal (a caller offers the call again), saying which bound."""
+        busy = member_busy(self._busy_retry_ms)
+        return RpcError("MEMBER_BUSY", detail, metadata=busy.metadata, extra=busy.extra)
+
+    def _leave(self, task_id: str) -> Approval | None:
+        """``task_id`` waits no more: its place in its owner's share is free."""
         approval = self._waiting.pop(task_id, None)
+        if approval is not None:
+            owner = approval.record.owner
+            held = self._held[owner] - 1
+            if held:
+                self._held[owner] = held
+            else:
+                del self._held[owner]
+        return approval
+
+    def _take(self, task_id: str) -> Approval:
+        approval = self._leave(task_id)
         if approval is None:
             raise RpcError("TASK_NOT_FOUND", "no task with that id waits for approval here")
         if approval.timer is not None:
@@ -142,7 +185,7 @@ class Approvals:
         return approval
 
     def _time_out(self, task_id: str) -> None:
-        approval = self._waiting.pop(task_id, None)
+        approval = self._leave(task_id)
         if approval is None:
             return
         self._record(approval, "timed_out", "approve_timeout", None)

@@ -259,8 +259,10 @@ class TaskStore(TaskListeners):
             raise member_busy(gate.retry_after_ms)
         edge = EDGE_CALL.get()
         waits = edge is not None and edge.limits is not None and edge.limits.approve
-        if waits:
-            self.approvals.check_room()
+        if waits and edge is not None and edge.limits is not None:
+            # Its caller's share of the approval room first, then the room.
+            self.approvals.check_room(caller.credential.owner, edge.limits.approval_share,
+                                      edge.caller)
         record = TaskRecord(message, caller, metadata)
         if edge is not None:        # a member's call through the door's EdgeGuard
             record.depth = edge.depth

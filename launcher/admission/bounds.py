@@ -70,13 +70,15 @@ class FormationBounds:
 
 def edge_label(limits: EdgeLimits) -> str:
     """``calls 50, concurrent 2, per_minute 20, approve (10m)``: an edge's bounds, as
-    doctor prints them and ``mur graph`` labels the edge."""
+    doctor prints them and ``mur graph`` labels the edge (``approve (10m, queue 4)``
+    when the edge names its ``approve_queue``)."""
     parts = [f"{key} {value}" for key, value in (
         ("calls", limits.calls), ("concurrent", limits.concurrent),
         ("per_minute", limits.per_minute)) if value is not None]
     if limits.approve:
         timeout = int(limits.approve_timeout or 0)
-        parts.append(f"approve ({format_duration(timeout)})")
+        queue = "" if limits.approve_queue is None else f", queue {limits.approve_queue}"
+        parts.append(f"approve ({format_duration(timeout)}{queue})")
     return ", ".join(parts)
 
 
@@ -116,7 +118,8 @@ def formation_bounds(roster: RosterStructure,
             calls=_value(rule.limits, "calls"), concurrent=_value(rule.limits, "concurrent"),
             per_minute=_value(rule.limits, "per_minute"), approve=rule.approve,
             approve_timeout=None if rule.approve_timeout is None
-            else float(rule.approve_timeout))
+            else float(rule.approve_timeout),
+            approve_queue=None if rule.approve_queue is None else rule.approve_queue.value)
     return FormationBounds(version=2, depth=roster.depth.value if roster.depth else None,
                            members=own, edges=edges)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from gateway.auth.edge_limits import APPROVAL_ROOM, APPROVE_QUEUE_DEFAULT, APPROVE_QUEUE_MAX
 from launcher.admission.artifacts import capsule_problem
 from launcher.admission.manifest_fields import name_problem, version_problem
 from launcher.admission.yaml_files import (
@@ -38,7 +39,7 @@ RULE_KEYS = ("from", "to")
 V2_TOP_KEYS = (*TOP_KEYS, "limits")
 V2_MEMBER_KEYS = (*MEMBER_KEYS, "limits", "restart", "restart_limit")
 RESTART_KEYS = ("count", "within")
-V2_RULE_KEYS = (*RULE_KEYS, "limits", "approve", "approve_timeout")
+V2_RULE_KEYS = (*RULE_KEYS, "limits", "approve", "approve_timeout", "approve_queue")
 DEPTH_KEYS = ("depth",)
 MEMBER_LIMIT_KEYS = ("calls", "tokens")
 EDGE_LIMIT_KEYS = ("calls", "concurrent", "per_minute")
@@ -85,10 +86,12 @@ class Rule:
     caller: str
     callees: tuple[str, ...]
     index: int
-    #: Version 2: each edge's ``calls``, ``concurrent``, ``per_minute``; approval.
+    #: Version 2: each edge's ``calls``, ``concurrent``, ``per_minute``; approval, and
+    #: how many of the caller's calls may wait for it at once (``approve_queue``).
     limits: Mapping[str, Bound] = field(default_factory=dict)
     approve: bool = False
     approve_timeout: int | None = None
+    approve_queue: Bound | None = None
 
     def field(self, key: str | None = None) -> str:
         return f"reachability[{self.index}]" + (f".{key}" if key else "")
@@ -289,7 +292,8 @@ def _rule(value: Any, index: int, version: int = 1) -> Rule:
                      "{calls: 50, concurrent: 2, per_minute: 20}") if "limits" in fields else {}
     approve, timeout = _approval(fields, location)
     return Rule(caller=caller, callees=tuple(callees), index=index, limits=limits,
-                approve=approve, approve_timeout=timeout)
+                approve=approve, approve_timeout=timeout,
+                approve_queue=_approve_queue(fields, location, approve))
 
 
 def _approval(fields: Mapping[str, Any], location: Location) -> tuple[bool, int | None]:
@@ -311,6 +315,22 @@ def _approval(fields: Mapping[str, Any], location: Location) -> tuple[bool, int 
     except ValueError as problem:
         raise _ShapeFault(at, f"`{dotted(at)}` {problem}",
                           f"write a duration such as `10m` ({DURATION_FORMS})") from None
+
+
+def _approve_queue(fields: Mapping[str, Any], location: Location,
+                   approve: bool) -> Bound | None:
+    """A rule's ``approve_queue``, as written (its range is check 5b's)."""
+    if "approve_queue" not in fields:
+        return None
+    at = (*location, "approve_queue")
+    if not approve:
+        raise _ShapeFault(at, f"`{dotted(at)}` is set but `approve` is not `true`",
+                          "add `approve: true` to the rule, or remove `approve_queue`")
+    number = fields["approve_queue"]
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise _ShapeFault(at, f"`{dotted(at)}` must be a whole number, not "
+                          f"{describe_value(number)}", "write it as `approve_queue: 4`")
+    return Bound(number, dotted(at))
 
 
 def _shape(document: Any) -> RosterStructure:
@@ -399,19 +419,31 @@ def _rules_name_members(roster: RosterStructure, file: str) -> None:
 
 
 def _bounds_can_be_met(roster: RosterStructure, file: str) -> None:
-    """Check 5b (version 2): every limit is at least 1, and no edge is bounded by two
-    rules."""
+    """Check 5b (version 2): every limit is at least 1, no ``approve_queue`` is past
+    :data:`APPROVE_QUEUE_MAX`, and no edge is bounded by two rules."""
     written = [roster.depth] if roster.depth is not None else []
     for member in roster.members:
         written += member.limits.values()
     for rule in roster.rules:
         written += rule.limits.values()
+        if rule.approve_queue is not None:
+            written.append(rule.approve_queue)
     for bound in written:
         if bound.value < 1:
             raise DiagnosticError("E-ROS-012", bound.path, file=file, field=bound.path,
                                   problem=f"is {bound.value}, a limit no call can meet",
                                   fix="write a limit of at least 1, or remove the key to "
                                       "leave it unbounded")
+    for rule in roster.rules:
+        queue = rule.approve_queue
+        if queue is not None and queue.value > APPROVE_QUEUE_MAX:
+            raise DiagnosticError(
+                "E-ROS-012", queue.path, file=file, field=queue.path,
+                problem=f"is {queue.value}, more of the callee's {APPROVAL_ROOM} approval "
+                        f"places than one caller may hold ({APPROVE_QUEUE_MAX}, so the "
+                        "others always keep a share)",
+                fix=f"write at most `approve_queue: {APPROVE_QUEUE_MAX}`, or remove it for "
+                    f"the default {APPROVE_QUEUE_DEFAULT}")
     bounded: dict[tuple[str, str], Rule] = {}
     for rule, position, callee in roster.rule_targets():
         edge = (rule.caller, callee)

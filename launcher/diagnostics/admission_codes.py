@@ -20,8 +20,8 @@ ROSTER_CODES: tuple[CodeEntry, ...] = (
         "does not have the roster's shape: a key the roster format does not "
         "list, at any level; a required key missing; a value of the wrong type; "
         "`roster_version` other than `1` or `2`; in a version 1 roster, a key only "
-        "version 2 has (`limits`, `approve`, `approve_timeout`; the message says it needs "
-        "`roster_version: 2`); no members; a member name outside "
+        "version 2 has (`limits`, `approve`, `approve_timeout`, `approve_queue`; the "
+        "message says it needs `roster_version: 2`); no members; a member name outside "
         "`^[a-z][a-z0-9-]{0,31}$`; a bare capsule name (the hint names its scoped forms, "
         "such as `local/<name>`); a blank version or one of `latest`, `stable`, `edge`; a "
         "rule whose `to` is empty or names its own `from`.",
@@ -148,10 +148,12 @@ ROSTER_CODES: tuple[CodeEntry, ...] = (
         "Checked in a version 2 roster (docs/bounds.md), after check 5 for what the roster "
         "writes and after check 7 for what the members' manifests say: every limit "
         "(`limits.depth`, a member's `limits.calls` and `limits.tokens`, an edge's "
-        "`limits.calls`, `concurrent` and `per_minute`) is at least 1; no edge is bounded "
-        "by two rules; `approve: true` is only on edges into members whose door can hold "
-        "a task for the operator (not a gateway member, whose tasks are its upstream's); "
-        "a member's `limits.tokens` is only on a model member.",
+        "`limits.calls`, `concurrent` and `per_minute`) is at least 1; an edge's "
+        "`approve_queue` is from 1 to 48 (one caller's share of the callee's 64 approval "
+        "places); no edge is bounded by two rules; `approve: true` is only on edges into "
+        "members whose door can hold a task for the operator (not a gateway member, "
+        "whose tasks are its upstream's); a member's `limits.tokens` is only on a model "
+        "member.",
         "murmur-door",
     ),
     CodeEntry(

@@ -1,14 +1,17 @@
 """Bounds along the edges (roster version 2, docs/bounds.md) in real formations: a
 runaway loop between two members ended by ``limits.depth``; an edge's ``calls``,
 ``concurrent`` and ``per_minute``; a member's own ``limits.calls``; a depth an agent
-forges never reaching the callee, through ``task.http`` and through the forward proxy."""
+forges never reaching the callee, through ``task.http`` and through the forward proxy;
+calls that wait for the operator, each caller within its share of the callee's
+approval room (``approve_queue``)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -72,9 +75,10 @@ async def run(task):
 
 def simple_project(tmp_path: Path, names: list[str], *, entry: str,
                    reachability: dict[str, list[str]] | str,
-                   agents: dict[str, str]) -> Path:
+                   agents: dict[str, str], manifests: dict[str, str] | None = None) -> Path:
     """A project of python members (echo agents unless ``agents`` says otherwise), each
-    holding four tasks at once (a loop's member is called again while it waits)."""
+    holding four tasks at once (a loop's member is called again while it waits);
+    ``manifests`` adds lines to some members' ``murmur.yaml``."""
     project = tmp_path / "project"
     project.mkdir()
     called = {name for targets in (reachability if isinstance(reachability, dict) else {})
@@ -84,6 +88,9 @@ def simple_project(tmp_path: Path, names: list[str], *, entry: str,
                                accept_peers=name in called or reachability == "all",
                                allow_localhost=True,
                                lifecycle="{concurrency: 4, queue_depth: 4}")
+        if manifests and name in manifests:
+            with (source / "murmur.yaml").open("a") as manifest:
+                manifest.write(manifests[name] + "\n")
         install_capsule(project, source)
     write_roster(project, [(name, name == entry) for name in names], reachability)
     return project
@@ -282,17 +289,22 @@ def approval_project(tmp_path: Path, timeout: str = "10m") -> Path:
     return project
 
 
-def waiting(formation_id: str, env: dict[str, str]) -> list[dict[str, object]]:
-    """``mur approvals --json``'s rows, once one is there (at most 30 s)."""
+def waiting(formation_id: str, env: dict[str, str],
+            until: Callable[[list[dict[str, object]]], bool] = bool
+            ) -> list[dict[str, object]]:
+    """``mur approvals --json``'s rows, once ``until`` holds of them (by default: once one
+    is there; at most 30 s)."""
     deadline = time.monotonic() + 30
+    rows: list[dict[str, object]] = []
     while time.monotonic() < deadline:
         listed = mur("approvals", formation_id, "--json", env=env)
         assert listed.returncode == 0, listed.stderr
-        rows = json.loads(listed.stdout)["approvals"]
-        if rows:
-            return list(rows)
+        rows = list(json.loads(listed.stdout)["approvals"])
+        if until(rows):
+            return rows
         time.sleep(0.2)
-    raise AssertionError("no call waited for approval")
+    raise AssertionError(f"the calls waiting for approval never became what was awaited: "
+                         f"{rows}")
 
 
 def one_call_waiting(tmp_path: Path, murmur_home: Path,
@@ -378,6 +390,82 @@ def test_approve_timeout_rejects_a_call_nobody_decided(
     records = member_traces(paths.records_root())["deployer"]
     assert [r["decision"] for r in records if r["event"] == "approval"] == [
         "waiting", "timed_out"]
+
+
+#: The entry member of the lockout: hands its task's ``plan`` to the member ``via``.
+RELAY_AGENT = """
+import json
+
+async def run(task):
+    plan = json.loads(task.text)
+    return await (await task.call_member(plan["via"], json.dumps(plan["plan"])))
+"""
+
+#: Offers ``calls`` calls to ``to`` one after another, each once its door held it or
+#: answered busy, and answers with how each was placed (``held`` or ``offering``: told
+#: busy). With one turn (``inference.max_turns: 1``) its task ends without waiting for
+#: the answers: the held calls outlive it, the busy ones stop with it.
+FLOOD_AGENT = """
+import json
+
+async def run(task):
+    plan = json.loads(task.text)
+    handles = [await task.call_member(plan["to"], f"flood {n}")
+               for n in range(plan["calls"])]
+    return json.dumps([handle.state for handle in handles])
+"""
+
+
+def callers(rows: list[dict[str, object]]) -> list[str]:
+    return sorted(str(row["caller"]) for row in rows)
+
+
+def test_one_caller_filling_its_approval_share_never_locks_another_out(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    """Issue 52: member ``a`` calls ``c`` along its ``approve`` edge to fill ``c``'s
+    waiting room. It holds its share (``approve_queue: 2``) and no more: its third call
+    is told busy. ``b``'s call along its own ``approve`` edge still waits, and runs once
+    approved with ``mur approve``, while ``a``'s two calls go on waiting."""
+    project = simple_project(tmp_path, ["boss", "a", "b", "c"], entry="boss",
+                             reachability={"boss": ["a", "b"], "a": ["c"], "b": ["c"]},
+                             agents={"boss": RELAY_AGENT, "a": FLOOD_AGENT,
+                                     "b": BOSS_AGENT},
+                             manifests={"a": "inference: {max_turns: 1}"})
+    version_2(project, rules="reachability:\n  - {from: boss, to: [a, b]}\n"
+                             "  - {from: a, to: [c], approve: true, approve_queue: 2}\n"
+                             "  - {from: b, to: [c], approve: true}\n")
+    env = launcher_env(MURMUR_HOME=str(murmur_home))
+    process = start_launcher(project, "--json", env=env)
+    launched.append(process)
+    formation_id = read_formation_line(process)["formation_id"]
+    flood = mur("send", formation_id, json.dumps({"via": "a", "plan": {"to": "c", "calls": 3}}),
+                env=env, timeout=120)
+    assert flood.returncode == 0, flood.stderr
+    assert '["held", "held", "offering"]' in flood.stdout, flood.stdout
+    assert callers(waiting(formation_id, env)) == ["a", "a"]
+    legitimate = subprocess.Popen(
+        [sys.executable, "-m", "launcher.cli", "send", formation_id,
+         json.dumps({"via": "b", "plan": {"to": "c", "calls": 1}})],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        process_group=0)
+    launched.append(legitimate)
+    rows = waiting(formation_id, env, until=lambda rows: "b" in callers(rows))
+    assert callers(rows) == ["a", "a", "b"], rows
+    [row] = [row for row in rows if row["caller"] == "b"]
+    assert (row["member"], row["text"]) == ("c", "call 0")
+    task_id = str(row["taskId"])
+    approved = mur("approve", formation_id, "c", task_id, env=env)
+    assert approved.returncode == 0, approved.stderr
+    out, err = legitimate.communicate(timeout=60)
+    assert legitimate.returncode == 0, err.decode()
+    assert "c: call 0" in out.decode(), out.decode()
+    records = member_traces(paths.records_root())["c"]
+    assert [(r["caller"], r["decision"]) for r in records if r["event"] == "approval"
+            and r["task_id"] == task_id] == [("b", "waiting"), ("b", "approved")]
+    assert callers(waiting(formation_id, env)) == ["a", "a"]
+    stopped = mur("stop", formation_id, env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    process.wait(timeout=60)
 
 
 # --------------------------------------------------------------------------- tokens

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth.edge_limits import EdgeLimits
+from gateway.auth.edge_limits import (
+    APPROVAL_ROOM,
+    APPROVE_QUEUE_DEFAULT,
+    APPROVE_QUEUE_MAX,
+    EdgeLimits,
+)
 from launcher.admission.artifacts import pack
 from launcher.admission.roster import admit, parse_roster
 from launcher.admission.store import install
@@ -101,6 +106,8 @@ def test_a_version_1_roster_has_no_bounds_and_hands_none_out(project: Path) -> N
      "limits: {calls: 3}}\n", "reachability[0].limits"),
     ("roster_version: 1\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
      "approve: true}\n", "reachability[0].approve"),
+    ("roster_version: 1\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "approve_queue: 2}\n", "reachability[0].approve_queue"),
 ])
 def test_a_version_2_key_in_a_version_1_roster_is_e_ros_001_naming_the_version(
         text: str, path: str) -> None:
@@ -123,6 +130,11 @@ def test_a_version_2_key_in_a_version_1_roster_is_e_ros_001_naming_the_version(
      "approve_timeout: 5m}\n", "reachability[0].approve_timeout", "`approve` is not"),
     ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
      "approve: true, approve_timeout: soon}\n", "reachability[0].approve_timeout", ""),
+    ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "approve_queue: 4}\n", "reachability[0].approve_queue", "`approve` is not"),
+    ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "approve: true, approve_queue: many}\n", "reachability[0].approve_queue",
+     "must be a whole number"),
 ])
 def test_a_malformed_version_2_key_is_e_ros_001(written: str, path: str, words: str) -> None:
     refused = refusal(written)
@@ -139,10 +151,39 @@ def test_a_malformed_version_2_key_is_e_ros_001(written: str, path: str, words: 
      "members[1].limits.calls"),
     ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
      "limits: {calls: 3}}\n  - {from: planner, to: [coder]}\n", "reachability[1].to[0]"),
+    ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, to: [coder], "
+     "approve: true, approve_queue: 0}\n", "reachability[0].approve_queue"),
 ])
 def test_a_bound_no_call_can_meet_is_e_ros_012(written: str, path: str) -> None:
     refused = refusal(written)
     assert (refused.code, refused.path) == ("E-ROS-012", path)
+
+
+def test_approve_queue_is_handed_to_the_callees_door_and_printed(project: Path) -> None:
+    """A rule's ``approve_queue``: the caller's share of the callee's approval room, on
+    the callee's channel line with the edge's other bounds, and in doctor's line."""
+    (project / "roster.yaml").write_text(FULL.replace(
+        "    approve_timeout: 10m\n", "    approve_timeout: 10m\n    approve_queue: 4\n"))
+    bounds = admit(project).bounds
+    limits = EdgeLimits(approve=True, approve_timeout=600.0, approve_queue=4)
+    assert bounds.edge("coder", "deployer") == limits
+    assert bounds.for_member("deployer") == {"depth": 4, "incoming": {"coder": {
+        "approve": True, "approve_timeout": 600.0, "approve_queue": 4}}}
+    handed = MemberBounds.from_wire(bounds.for_member("deployer")).door.incoming["coder"]
+    assert (handed, handed.approval_share) == (limits, 4)
+    assert bounds.lines()[-1] == "limits coder -> deployer: approve (10m, queue 4)"
+
+
+def test_an_approve_queue_past_its_largest_share_is_e_ros_012() -> None:
+    """One caller may hold at most 48 of a door's 64 approval places, so the others
+    always keep a default share (16)."""
+    written = ("roster_version: 2\n" + MEMBERS + "reachability:\n  - {from: planner, "
+               "to: [coder], approve: true, approve_queue: %d}\n")
+    assert parse_roster(written % APPROVE_QUEUE_MAX).rules[0].approve_queue is not None
+    refused = refusal(written % (APPROVE_QUEUE_MAX + 1))
+    assert (refused.code, refused.path) == ("E-ROS-012", "reachability[0].approve_queue")
+    assert f"at most `approve_queue: {APPROVE_QUEUE_MAX}`" in refused.diagnostic.hint
+    assert (APPROVE_QUEUE_MAX, APPROVE_QUEUE_DEFAULT, APPROVAL_ROOM) == (48, 16, 64)
 
 
 def test_tokens_on_a_member_that_is_not_a_model_is_e_ros_012(project: Path) -> None:
