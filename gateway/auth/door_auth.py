@@ -13,12 +13,13 @@ this order; the first failure answers and nothing after it is read (docs/door-au
    ``max_body``), from the path for the agent card, ``resources/files`` and ``/metrics``
    (``Metrics``: the operator, or a declared credential with that scope), from the verb
    and path for the HTTP+JSON binding (the route, :func:`gateway.routes.classify`);
-5. ``403 insufficient_scope``: a method outside the credential's scopes (for a
-   declared credential, a name no method of the door has passes: the app answers
-   ``-32601``), whatever A2A version the request asks for (the reference's order:
-   DoorAuth's checks come first; a call in another version that passes them gets the
-   app's ``-32009``); the agent card and ``GetExtendedAgentCard`` are every accepted
-   credential's (:data:`gateway.caller.CARD_METHODS`);
+5. ``403 insufficient_scope``: a method outside what the credential reaches
+   (:attr:`gateway.caller.Credential.reach`, decided in :mod:`gateway.caller` alone: a
+   formation token exactly its five scopes and the agent card; a declared credential its
+   scopes and both cards), whatever A2A version the request asks for (the reference's
+   order: DoorAuth's checks come first; a call in another version that passes them gets
+   the app's ``-32009``); a name no method of the door has passes for every credential
+   but a formation token (the app answers ``-32601``);
 6. ``403 peer_not_accepted``: a formation credential at a door that takes no peer tasks;
 7. ``421 misdirected_request``: a ``Host`` that is not a loopback name with the door's
    port (DNS rebinding, :mod:`gateway.auth.hosts`);
@@ -71,7 +72,6 @@ from gateway.auth.tokens import FormationVerifier, InvalidToken
 from gateway.caller import (
     ANONYMOUS_CALLER,
     CALLER_SCOPE_KEY,
-    CARD_METHODS,
     KNOWN_METHODS,
     OPERATOR_METHODS,
     PUBLIC_CALLER,
@@ -353,19 +353,17 @@ class DoorAuth:
     # --- 5-7: the permit, then the Host ------------------------------------------------
 
     def _permit(self, caller: Caller, route: Route) -> None:
-        """Checks 5-6: the credential's scopes, then peer tasks."""
+        """Checks 5-6: what the credential reaches, then peer tasks."""
         credential = caller.credential
         method = route.method
-        if method is not None and not (
-            credential.kind == "operator" or method in credential.scopes
-            or method in CARD_METHODS
-            or (method not in KNOWN_METHODS and credential.kind != "member")
+        if method is not None and method not in credential.reach and (
+            method in KNOWN_METHODS or credential.kind == "member"
         ):
-            # The operator may call anything; any accepted credential may read the agent
-            # card and the extended card; for a declared credential a name no method of
-            # the door has is no scope it lacks: the app answers -32601 (A2A 1.0 section
-            # 9.5). A formation token is refused anything outside its five scopes (the
-            # reference's table).
+            # What a credential reaches is gateway.caller's decision (Credential.reach,
+            # one set lookup here), the same on every binding. For any credential but a
+            # formation token a name no method of the door has is no scope it lacks: the
+            # app answers -32601 (A2A 1.0 section 9.5). A formation token is refused
+            # anything outside its reach, named or not (the reference's table).
             raise Refused("insufficient_scope", credential=credential.name,
                           method=_method_label(method))
         if credential.kind == "member" and not self._accept_peer_tasks:

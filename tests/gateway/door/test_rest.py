@@ -717,8 +717,7 @@ REST_REQUESTS = [
                                           "GetExtendedAgentCard"),
 ]
 OUT_OF_FORMATION_SCOPE = [request for request in REST_REQUESTS if request[2] not in (
-    "SendMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask",
-    "GetExtendedAgentCard")]  # every accepted credential may read the extended card
+    "SendMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask")]
 NOT_A_METHOD = [("PUT", "/tasks/t-1"), ("GET", "/nothing"), ("DELETE", "/message:send")]
 
 

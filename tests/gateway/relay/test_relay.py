@@ -515,8 +515,10 @@ async def test_attack_get_extended_agent_card_is_answered_as_a_local_door_answer
         operator = await same_answers(formation, formation.operator,
                                       "GetExtendedAgentCard", {})
         nobody = await same_answers(formation, None, "GetExtendedAgentCard", {})
-    # No agent.extended_skills: the card says extendedAgentCard false, whoever asks.
-    assert error_of(member[0])["code"] == -32004, "a formation token may ask"
+    # A formation token is refused it (none of its five scopes), as a local door refuses
+    # it; anyone else gets -32004: no agent.extended_skills, extendedAgentCard false.
+    assert member[0].status_code == 403
+    assert member[0].json()["error"] == "insufficient_scope"
     assert_same(*member)
     assert error_of(operator[0])["code"] == -32004
     assert_same(*operator)
