@@ -76,6 +76,7 @@ _EXPORTS: dict[str, str] = {
     "MemberCalls": "gateway.proxy.call_member",
     "AllowList": "gateway.proxy.egress",
     "answer_text": "gateway.proxy.egress",
+    "failure_text": "gateway.proxy.egress",
     "check_callees": "gateway.proxy.egress",
     "egress_reaches_loopback": "gateway.proxy.egress",
     "peers_environ": "gateway.proxy.egress",
@@ -180,6 +181,7 @@ __all__ = [
     "VERSION_HEADER",
     "aevent_data",
     "answer_text",
+    "failure_text",
     "b64url_decode_canonical",
     "b64url_encode",
     "build_door",
@@ -277,6 +279,7 @@ if TYPE_CHECKING:  # the same names, typed, for mypy and editors
         answer_text,
         check_callees,
         egress_reaches_loopback,
+        failure_text,
         peers_environ,
         virtual_address,
     )

@@ -58,6 +58,9 @@ Streaming = Callable[[dict[str, Any], Caller], Awaitable[AsyncIterator[Any]]]
 ExtendedCard = Callable[[], dict[str, Any] | None]
 #: How long a media type a caller sent may be echoed in a refusal.
 _ECHO_LIMIT = 64
+#: What the ``-32005`` refusal says sets the modes a door takes.
+_MODES_FIX = ("agent.input_modes in the member's murmur.yaml sets them, in place of a "
+              "gateway member's upstream card's")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -99,9 +102,11 @@ def _check_media_types(message: Message, accepted: AcceptedModes) -> None:
     index, media_type = refused
     shown = media_type if len(media_type) <= _ECHO_LIMIT else media_type[:_ECHO_LIMIT] + "..."
     takes = ", ".join(accepted.listed)
+    # The key that fixes it is named: a gateway member's modes are its upstream card's,
+    # which can misstate what the agent takes (fasta2a's always says application/json).
     raise RpcError("CONTENT_TYPE_NOT_SUPPORTED",
                    f"message.parts[{index}] is {shown}; this agent takes {takes} "
-                   "(its card's defaultInputModes)",
+                   f"(its card's defaultInputModes; {_MODES_FIX})",
                    metadata={"mediaType": shown, "supportedMediaTypes": takes})
 
 

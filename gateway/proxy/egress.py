@@ -1,10 +1,12 @@
 """What the formation proxy and call-member decide without sending anything.
 
-The egress allow-list (``capabilities.network.allow``), the virtual addresses members
-reach each other at, ``MURMUR_FORMATION_PEERS``, the check of a member's callees and
-their tokens, and the text of a task's answer. None of it needs httpx, so a member
-imports this at start and leaves httpx (tens of milliseconds of CPU) to the first
-request: ``gateway.proxy.formation`` and ``gateway.proxy.call_member`` re-export every name here.
+In this order: the virtual addresses members reach each other at,
+``MURMUR_FORMATION_PEERS`` and the check of a member's callees and their tokens; the text
+of a task's answer, the one rule every reader of an answer follows (``call_member``,
+``mur send``, ``mur run --task``, ``result.txt``); the egress allow-list
+(``capabilities.network.allow``). None of it needs httpx, so a member imports this at
+start and leaves httpx (tens of milliseconds of CPU) to the first request:
+``gateway.proxy.formation`` and ``gateway.proxy.call_member`` re-export every name here.
 """
 
 from __future__ import annotations
@@ -64,29 +66,57 @@ def check_callees(tokens: Mapping[str, str]) -> None:
 # A task's answer
 
 
+#: The roles of a message the agent wrote: A2A 1.0's enum name, and A2A 0.3's word.
+AGENT_ROLES: Final = frozenset({"ROLE_AGENT", "agent"})
+
+
 def answer_text(task: Mapping[str, Any]) -> str:
-    """A task's answer: its artifacts' text parts (parts of one artifact concatenated,
-    artifacts one per line), else the text of its final status message."""
+    """A task's answer (docs/gateway.md, "The answer of a task"), the first of these
+    that has text: its artifacts' text parts (parts of one artifact concatenated,
+    artifacts one per line); its final status message's text; the text of the last
+    message the agent wrote in its history (``ROLE_AGENT``, ``agent`` in A2A 0.3)."""
+    return artifacts_text(task) or status_text(task) or history_text(task)
+
+
+def failure_text(task: Mapping[str, Any]) -> str:
+    """Why a task did not complete: its final status message's text, else (no message)
+    its artifacts' text. A text the task streamed before it failed (its history) is not
+    the reason."""
+    return status_text(task) or artifacts_text(task)
+
+
+def artifacts_text(task: Mapping[str, Any]) -> str:
+    """The text parts of a task's artifacts: one artifact's concatenated, one per line."""
     texts = []
-    for artifact in task.get("artifacts") or ():
+    for artifact in _listed(task.get("artifacts")):
         if isinstance(artifact, Mapping):
             text = parts_text(artifact.get("parts"))
             if text:
                 texts.append(text)
-    if texts:
-        return "\n".join(texts)
+    return "\n".join(texts)
+
+
+def status_text(task: Mapping[str, Any]) -> str:
+    """The text of a task's final status message."""
     status = task.get("status")
     message = status.get("message") if isinstance(status, Mapping) else None
     return parts_text(message.get("parts")) if isinstance(message, Mapping) else ""
 
 
-def failure_text(task: Mapping[str, Any]) -> str:
-    """Why a task did not complete: its final status message's text, else (no message)
-    its answer. A text the task streamed before it failed is not the reason."""
-    status = task.get("status")
-    message = status.get("message") if isinstance(status, Mapping) else None
-    text = parts_text(message.get("parts")) if isinstance(message, Mapping) else ""
-    return text or answer_text(task)
+def history_text(task: Mapping[str, Any]) -> str:
+    """The text of the last message in a task's history the agent wrote and gave text:
+    where an agent that says its reply as a WORKING status message, and then completes
+    with none, leaves it (agent-framework-a2a's default)."""
+    for message in reversed(_listed(task.get("history"))):
+        if isinstance(message, Mapping) and message.get("role") in AGENT_ROLES:
+            text = parts_text(message.get("parts"))
+            if text:
+                return text
+    return ""
+
+
+def _listed(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()
 
 
 def parts_text(parts: Any) -> str:

@@ -22,8 +22,9 @@ executor, :class:`RelayTasks`, in this order:
    door's bindings frame): each method's params go as the caller sent them, with the door's own
    request id, ``A2A-Version: 1.0`` and the manifest's headers (:mod:`gateway.relay.client`);
    answers come back as the upstream gave them, streams event by event with the door's
-   keep-alive; the upstream's own errors pass through, every other failure is ``-32603``
-   naming the member.
+   keep-alive, each begun with the Task (made by :mod:`gateway.relay.opening` where the
+   upstream began with an update, as A2A 0.3 ones do); the upstream's own errors pass
+   through, every other failure is ``-32603`` naming the member.
 5. **Following**: a task the door knows that has not ended is followed with ``GetTask``
    (every 0.2 s, backing off to 2 s) so that its state, the gate, the trace
    (``a2a_task_received``, ``task_state``, from what the door sees) and the ``--task``
@@ -352,6 +353,11 @@ class RelayTasks(TaskListeners):
                     continue
                 except RpcError:
                     continue  # the upstream is down for now; the runtime watches it
+                if _is_terminal(task):
+                    # The final Task whole, history too: an answer can be only there
+                    # (docs/gateway.md, "The answer of a task").
+                    with contextlib.suppress(RpcError):
+                        task = await self._client.call("GetTask", {"id": known.id})
                 self.observe_task(task, None)
         finally:
             if self._followers.get(known.id) is asyncio.current_task():
@@ -434,6 +440,11 @@ class RelayTasks(TaskListeners):
             follower.cancel()
         await asyncio.gather(*self._followers.values(), return_exceptions=True)
         await self._client.aclose()
+
+
+def _is_terminal(task: Any) -> bool:
+    status = task.get("status") if isinstance(task, dict) else None
+    return isinstance(status, dict) and status.get("state") in TERMINAL_STATES
 
 
 def build_gateway_door(client: UpstreamClient, upstream_card: dict[str, Any],

@@ -1,10 +1,10 @@
 """``mur send``: the operator's client. It sends a task to a door (a formation's entry
 member, a session, or a door URL) with the operator token, follows it and prints the
-answer (its control characters escaped, its line breaks kept: agent text never writes to
-the operator's terminal); it waits out ``-32050`` with the door's ``retryAfterMs`` and
-answers an input-required task. The token is read from the session's ``operator.token``
-and put in one ``Authorization`` header, nowhere else. Also the door client ``mur
-cancel`` uses.
+answer (docs/gateway.md, "The answer of a task"), its control characters escaped, its
+line breaks kept: agent text never writes to the operator's terminal; it waits out
+``-32050`` with the door's ``retryAfterMs`` and answers an input-required task. The
+token is read from the session's ``operator.token`` and put in one ``Authorization``
+header, nowhere else. Also the door client ``mur cancel`` uses.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.protocol import A2A_VERSION, VERSION_HEADER, state_word
+from gateway.proxy.egress import answer_text, failure_text, parts_text
 from gateway.sse import event_data
 from launcher.commands.common import Fail, failer, live_records
 from launcher.durations import DURATION_FORMS, parse_duration
@@ -88,15 +89,12 @@ def not_a_target(target: str) -> str:
             "(ses_…) or a door URL (http://127.0.0.1:PORT); `mur ps` lists what runs")
 
 
-def _text_of(parts: object) -> str:
-    if not isinstance(parts, list):
-        return ""
-    return "\n".join(part["text"] for part in parts
-                     if isinstance(part, dict) and isinstance(part.get("text"), str))
-
-
 class TaskFollower:
-    """The task as a stream reports it: the first snapshot, then each update."""
+    """The task as a stream reports it: the first snapshot, then each update. A status
+    update moves the status message it replaces into the task's history, as the door
+    keeps it, so the answer is read by the one rule (``answer_text``) from the task the
+    stream built: an agent that says its reply in a WORKING message and completes with
+    none has its reply there."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -111,6 +109,7 @@ class TaskFollower:
             self._status_line(self.task.get("status"))
         elif isinstance(result.get("statusUpdate"), dict):
             status = result["statusUpdate"].get("status")
+            self._keep_status_message()
             self.task["status"] = status
             self._status_line(status)
         elif isinstance(result.get("artifactUpdate"), dict):
@@ -118,12 +117,20 @@ class TaskFollower:
         elif isinstance(result.get("message"), dict):
             self.message = result["message"]
 
+    def _keep_status_message(self) -> None:
+        """The status message a new status replaces goes to the end of the history."""
+        status = self.task.get("status")
+        message = status.get("message") if isinstance(status, dict) else None
+        if isinstance(message, dict):
+            history = self.task.get("history")
+            self.task["history"] = [*(history if isinstance(history, list) else []), message]
+
     def _status_line(self, status: object) -> None:
         if not isinstance(status, dict):
             return
         text = ""
         if isinstance(status.get("message"), dict):
-            text = _text_of(status["message"].get("parts"))
+            text = parts_text(status["message"].get("parts"))
         shown = f": {escape_control(text[:500])}" if text else ""
         print(f"[{self.label}] {state_word(status.get('state'))}{shown}", file=sys.stderr,
               flush=True)
@@ -152,16 +159,11 @@ class TaskFollower:
         return str(status.get("state")) if isinstance(status, dict) else ""
 
     def answer(self) -> str:
+        """A direct message's text, else the task's answer (docs/gateway.md, "The answer
+        of a task")."""
         if self.message is not None:
-            return _text_of(self.message.get("parts"))
-        texts = [_text_of(artifact.get("parts")) for artifact in self.task.get("artifacts", [])
-                 if isinstance(artifact, dict)]
-        if any(texts):
-            return "\n".join(text for text in texts if text)
-        status = self.task.get("status")
-        if isinstance(status, dict) and isinstance(status.get("message"), dict):
-            return _text_of(status["message"].get("parts"))
-        return ""
+            return parts_text(self.message.get("parts"))
+        return answer_text(self.task)
 
 
 def rpc_error(error: object) -> str:
@@ -279,8 +281,8 @@ def send(args: argparse.Namespace) -> int:
     if state == "TASK_STATE_COMPLETED":
         print(escape_lines(follower.answer()))
         return 0
-    answer = follower.answer()
-    detail = f": {escape_control(answer[:500])}" if answer else ""
+    why = failure_text(follower.task)
+    detail = f": {escape_control(why[:500])}" if why else ""
     return fail(f"the task ended {state_word(state)}{detail}")
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.protocol import TaskState, state_word
-from gateway.proxy.egress import answer_text
+from gateway.proxy.egress import answer_text, failure_text
 from launcher.diagnostics import Diagnostic, diagnostic
 from launcher.home.files import DISK_FULL_ERRNOS, write_problem
 from launcher.spawn.process import escape_control
@@ -129,12 +129,12 @@ def task_state(task: Mapping[str, Any]) -> str:
 
 def result_text(task: Mapping[str, Any]) -> str:
     """What ``out/result.txt`` holds for a task that ended: the answer of a completed
-    task, else one ``<state>: <why>`` line (``canceled: the formation ended``)."""
+    task (docs/gateway.md, "The answer of a task"), else one ``<state>: <why>`` line
+    (``canceled: the formation ended``)."""
     state = task_state(task)
-    text = answer_text(task)
     if state == TaskState.COMPLETED:
-        return text
-    why = " ".join(text.split()) or f"the task was {state_word(state)}"
+        return answer_text(task)
+    why = " ".join(failure_text(task).split()) or f"the task was {state_word(state)}"
     return f"{state_word(state)}: {why}"
 
 
@@ -167,7 +167,7 @@ def decide(ending: Ending, *, session_id: str, deadline: str = "",
         if state == TaskState.COMPLETED:
             return SessionOutcome(0, "ok")
         # The agent's reason, on the terminal in E-RUN-041: escaped, as it cannot write there.
-        detail = escape_control(" ".join(answer_text(task).split())[:300]) or (
+        detail = escape_control(" ".join(failure_text(task).split())[:300]) or (
             "no reason was given")
         return SessionOutcome(1, state_word(state), member_diagnostic(
             TASK_NOT_COMPLETED, task=str(task.get("id", "")), session=session_id,

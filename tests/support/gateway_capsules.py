@@ -1,6 +1,7 @@
 """Gateway members' capsules for the tests (no tests here): a capsule whose
-``agent.a2a.command`` starts the a2a-sdk agent or the @a2a-js/sdk agent, and the first
-child of a member runtime (its upstream, or its agent process)."""
+``agent.a2a.command`` starts the a2a-sdk agent, the @a2a-js/sdk agent or the a2a-sdk
+agent that replies only in its task's history, and the first child of a member runtime
+(its upstream, or its agent process)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,18 @@ def sdk_capsule(root: Path, name: str = "sdkbot") -> Path:
     shutil.copy(third_party.SDK_AGENT, source / "sdk_agent.py")
     return gateway_capsule(source, name,
                            ["python3", "sdk_agent.py", "--port", "{port}", "--name", name])
+
+
+def history_capsule(root: Path, name: str = "historybot",
+                    input_modes: tuple[str, ...] = ()) -> Path:
+    """The agent that replies in a WORKING status message and completes with none
+    (``tests/agents/history_agent.py``); ``input_modes`` are its card's, when given."""
+    source = root / "src" / name
+    source.mkdir(parents=True, exist_ok=True)
+    shutil.copy(third_party.HISTORY_AGENT, source / "history_agent.py")
+    modes = ["--input-modes", *input_modes] if input_modes else []
+    return gateway_capsule(source, name, ["python3", "history_agent.py", "--port", "{port}",
+                                          "--name", name, *modes])
 
 
 def js_capsule(root: Path, name: str = "jsbot") -> Path:

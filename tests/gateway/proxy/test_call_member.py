@@ -21,6 +21,7 @@ from gateway.proxy.call_member import (
     fence_answer,
     peers_environ,
 )
+from gateway.proxy.egress import failure_text
 from gateway.proxy.formation import FormationRefused, FormationTransport
 from tests.support.proxy_fakes import (
     Doors,
@@ -409,6 +410,40 @@ def test_answer_text_joins_artifacts_else_the_status_message() -> None:
     assert answer_text(task) == "ab\nc"
     assert answer_text({"status": {"message": {"parts": [{"text": "why"}]}}}) == "why"
     assert answer_text({}) == ""
+
+
+def agent_says(text: str, role: str = "ROLE_AGENT") -> dict[str, Any]:
+    return {"role": role, "parts": [{"text": text}]}
+
+
+def test_answer_text_falls_back_to_the_history_and_failure_text_never_does() -> None:
+    # agent-framework-a2a's default: the reply as a WORKING status message, then
+    # COMPLETED with no message and no artifact, the reply moved into the history.
+    history = [agent_says("hello", "ROLE_USER"), agent_says("thinking"),
+               agent_says("the reply"), {"role": "ROLE_AGENT", "parts": [{"data": {}}]},
+               agent_says("a later question", "ROLE_USER")]
+    completed = {"status": {"state": "TASK_STATE_COMPLETED"}, "history": history}
+    assert answer_text(completed) == "the reply"
+    assert answer_text({**completed, "status": {"state": "TASK_STATE_COMPLETED",
+                                                "message": agent_says("said last")}}) == \
+        "said last"
+    assert answer_text({**completed, "artifacts": [{"parts": [{"text": "made"}]}]}) == "made"
+    # A2A 0.3's shapes: role "agent", parts with a kind.
+    old = {"kind": "task", "status": {"state": "completed"},
+           "history": [{"role": "agent", "parts": [{"kind": "text", "text": "from 0.3"}]},
+                       {"role": "user", "parts": [{"kind": "text", "text": "thanks"}]}]}
+    assert answer_text(old) == "from 0.3"
+    assert answer_text({"history": [agent_says("only the user's", "ROLE_USER")]}) == ""
+    assert answer_text({"history": "not a list"}) == ""
+    # Why a task failed is its status message, else its artifacts; never the history
+    # (a text it streamed before it failed is not the reason).
+    failed = {"status": {"state": "TASK_STATE_FAILED"}, "history": [agent_says("progress")]}
+    assert failure_text(failed) == ""
+    assert failure_text({**failed, "artifacts": [{"parts": [{"text": "partial"}]}]}) == \
+        "partial"
+    assert failure_text({**failed, "artifacts": [{"parts": [{"text": "partial"}]}],
+                         "status": {"state": "TASK_STATE_FAILED",
+                                    "message": agent_says("why")}}) == "why"
 
 
 @pytest.mark.parametrize(("data", "seconds"), [

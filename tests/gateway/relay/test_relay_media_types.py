@@ -54,16 +54,28 @@ async def test_a_part_the_upstream_does_not_accept_is_refused_before_it_is_forwa
     assert forwarded == ["SendMessage"]
 
 
+async def test_the_refusal_names_agent_input_modes_the_key_that_fixes_it() -> None:
+    async with gateway_member() as formation, formation.client(formation.operator) as client:
+        refused = await call(client, "SendMessage", with_part(IMAGE))
+    message = refused["error"]["message"]
+    assert refused["error"]["code"] == -32005, refused
+    assert "this agent takes text/plain" in message
+    assert "agent.input_modes in the member's murmur.yaml" in message, message
+
+
 async def test_a_gateway_members_extended_card_is_its_own_doors() -> None:
     extended = (Skill("audit", "Audit", "Audits what the upstream wrote", ("security",)),)
     async with gateway_member(card=card_info(skills=(), extended_skills=extended)) as formation, \
             formation.client(formation.operator) as operator, \
             formation.client(formation.planner) as planner:
         card = (await operator.get("/.well-known/agent-card.json")).json()
-        answers = [await call(client, "GetExtendedAgentCard", {})
-                   for client in (operator, planner)]
+        answers = [await call(operator, "GetExtendedAgentCard", {})]
+        refused = await planner.post("/", json={"jsonrpc": "2.0", "id": 1, "method":
+                                                "GetExtendedAgentCard", "params": {}})
         rest = await operator.get("/extendedAgentCard")
         asked_upstream = formation.recorder.rpc()
+    # A formation token is refused it, as at any door: none of its five scopes.
+    assert refused.status_code == 403 and refused.json()["error"] == "insufficient_scope"
     assert card["capabilities"]["extendedAgentCard"] is True
     assert [skill["id"] for skill in card["skills"]] == [UPSTREAM_SKILL_ID]
     for answer in answers:

@@ -139,9 +139,24 @@ def test_the_follower_builds_the_answer_from_artifacts(
                                       "append": True}})
     follower.take({"statusUpdate": {"status": {"state": "TASK_STATE_COMPLETED"}}})
     assert follower.state == "TASK_STATE_COMPLETED"
-    assert follower.answer() == "hello \nworld"
+    assert follower.answer() == "hello world", "one artifact's parts are concatenated"
     err = capsys.readouterr().err.splitlines()
     assert err == ["[planner] submitted", "[planner] working: thinking", "[planner] completed"]
+
+
+def test_the_follower_keeps_the_reply_a_status_update_replaced_in_the_history() -> None:
+    # agent-framework-a2a's default: the reply as a WORKING status message, then
+    # COMPLETED with no message and no artifact.
+    follower = send.TaskFollower("maf")
+    follower.take({"task": {"id": "t", "status": {"state": "TASK_STATE_SUBMITTED"},
+                            "history": [{"role": "ROLE_USER", "parts": [{"text": "hi"}]}]}})
+    follower.take({"statusUpdate": {"status": {"state": "TASK_STATE_WORKING", "message": {
+        "role": "ROLE_AGENT", "parts": [{"text": "the reply"}]}}}})
+    follower.take({"statusUpdate": {"status": {"state": "TASK_STATE_COMPLETED"}}})
+    assert follower.state == "TASK_STATE_COMPLETED"
+    assert follower.answer() == "the reply"
+    assert [message["parts"][0]["text"] for message in follower.task["history"]] == [
+        "hi", "the reply"]
 
 
 def test_the_follower_takes_a_direct_message_as_the_answer() -> None:

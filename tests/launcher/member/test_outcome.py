@@ -92,6 +92,16 @@ def test_result_text_is_the_answer_or_one_state_line() -> None:
     assert result_text(task("REJECTED", "no")) == "rejected: no"
 
 
+def test_result_text_of_a_completed_task_takes_the_reply_left_in_its_history() -> None:
+    replied = {**task("COMPLETED"), "history": [
+        {"role": "ROLE_USER", "parts": [{"text": "hi"}]},
+        {"role": "ROLE_AGENT", "parts": [{"text": "the reply"}]}]}
+    assert result_text(replied) == "the reply"
+    # A text streamed before a task failed is not why it failed.
+    failed = {**replied, "status": {"state": "TASK_STATE_FAILED"}}
+    assert result_text(failed) == "failed: the task was failed"
+
+
 def test_a_pending_code_is_printed_with_its_own_text_until_the_table_lists_it() -> None:
     diag = member_diagnostic(TASK_NOT_COMPLETED, task="t1", session=SESSION, state="failed",
                              detail="mft1.abc.def leaked", result="/r")
