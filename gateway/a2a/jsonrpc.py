@@ -13,7 +13,10 @@ Every A2A error the door answers comes from :data:`ERROR_TABLE` (code, standard 
 describes: ``error.data`` is an array of ProtoJSON ``Any`` objects, the first an
 ``ErrorInfo``. JSON-RPC errors travel with HTTP 200; only the auth middleware answers
 with 401/403. The HTTP+JSON binding (:mod:`gateway.door.rest_binding`) sends the same error as a
-``google.rpc.Status`` with the table's HTTP status (:meth:`RpcError.status_object`).
+``google.rpc.Status`` with the table's HTTP status (:meth:`RpcError.status_object`), and
+the gRPC binding (:mod:`gateway.grpc.status`) with the table's ``google.rpc.Code``; both
+take the row, the message and the details from :meth:`RpcError.wire_error`, so an
+upstream's error that carries only its code (A2A 0.3) gets its row's ErrorInfo on both.
 """
 
 from __future__ import annotations
@@ -156,19 +159,51 @@ class RpcError(GatewayError):
             return self.spec
         return ERROR_BY_CODE.get(code, ERROR_TABLE["INTERNAL_ERROR"])
 
-    def status_object(self) -> tuple[int, dict[str, Any]]:
-        """This error in the HTTP+JSON binding: its HTTP status and the
-        ``google.rpc.Status`` document (``code``, ``status``, ``message``, ``details``
-        holding the same ErrorInfo and detail objects as the JSON-RPC ``data``)."""
+    def wire_error(self) -> tuple[ErrorSpec, str, list[dict[str, Any]]]:
+        """This error as the HTTP+JSON and gRPC bindings send it: the row it travels as
+        (:meth:`wire_spec`), its message, and its details (:func:`wire_details`: an
+        ErrorInfo first, always). Both bindings read it here, so a caller gets the same
+        reason and domain on either."""
         error = self.error_object()
         spec = self.wire_spec(error)
-        details = error.get("data")
-        if not (isinstance(details, list) and details
-                and all(isinstance(detail, dict) and "@type" in detail for detail in details)):
-            details = [{"@type": ERROR_INFO_TYPE, "reason": spec.reason,
-                        "domain": spec.domain, "metadata": {}}]
+        return spec, str(error.get("message", "")), wire_details(error.get("data"), spec)
+
+    def status_object(self) -> tuple[int, dict[str, Any]]:
+        """This error in the HTTP+JSON binding: its HTTP status and the
+        ``google.rpc.Status`` document (``code``, ``status``, ``message``, ``details``:
+        :meth:`wire_error`'s)."""
+        spec, message, details = self.wire_error()
         return spec.http, {"error": {"code": spec.http, "status": spec.status,
-                                     "message": error["message"], "details": details}}
+                                     "message": message, "details": details}}
+
+
+def wire_details(data: Any, spec: ErrorSpec) -> list[dict[str, Any]]:
+    """The ``details`` of an error whose JSON-RPC ``data`` is ``data`` and whose row is
+    ``spec``, as the HTTP+JSON and gRPC bindings send them (a gRPC error MUST carry an
+    ErrorInfo, A2A v1.0.1 section 10; the HTTP+JSON one gets the same).
+
+    In this order: the typed objects of ``data`` (those with a ``@type``) are kept; the
+    first ErrorInfo among them that names a reason and a domain goes first, its metadata
+    as strings (what google.rpc.ErrorInfo holds); where there is none, the row's ErrorInfo
+    does. The door's own errors already hold theirs first; an A2A 0.3 upstream's error
+    has only its code (``data`` null), and its ErrorInfo is its code's row's."""
+    typed = [detail for detail in data if isinstance(detail, dict)
+             and isinstance(detail.get("@type"), str)] if isinstance(data, list) else []
+    for index, detail in enumerate(typed):
+        if detail["@type"] != ERROR_INFO_TYPE:
+            continue
+        reason, domain = detail.get("reason"), detail.get("domain")
+        if not (isinstance(reason, str) and reason and isinstance(domain, str) and domain):
+            continue
+        metadata = detail.get("metadata")
+        info = {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": domain,
+                "metadata": {str(key): value if isinstance(value, str) else dumps(value).decode()
+                             for key, value in metadata.items()}
+                if isinstance(metadata, dict) else {}}
+        return [info, *typed[:index], *typed[index + 1:]]
+    return [{"@type": ERROR_INFO_TYPE, "reason": spec.reason, "domain": spec.domain,
+             "metadata": {}},
+            *(detail for detail in typed if detail["@type"] != ERROR_INFO_TYPE)]
 
 
 def member_busy(retry_after_ms: int) -> RpcError:

@@ -38,7 +38,7 @@ from gateway.caller import Caller
 from gateway.door.jsonrpc_binding import check_version
 from gateway.door.methods import A2AMethods
 from gateway.grpc.messages import METHODS, SERVICE, GrpcMethod, from_result, to_params
-from gateway.grpc.status import GrpcStatus, rpc_error_status
+from gateway.grpc.status import GrpcStatus, rpc_error_status, undecided_status
 from gateway.protocol import VERSION_HEADER
 from gateway.trace.context import INCOMING_TRACEPARENT, TASK_STARTING_METHODS, incoming_traceparent
 from gateway.types import Headers
@@ -150,8 +150,7 @@ def _stream_behaviour(binding: GrpcBinding, method: GrpcMethod) -> Any:
 
 
 #: A method reached without the interceptor's decision (a server built without it).
-_UNDECIDED = GrpcStatus(grpc.StatusCode.UNAUTHENTICATED,
-                        "This door decides every call before it serves it.", ())
+_UNDECIDED = undecided_status()
 
 
 async def _decided(context: Any, admitted: Admitted | None) -> Admitted:

@@ -3,15 +3,19 @@
 
 Two kinds, each from its one table:
 
-* an A2A error (:class:`gateway.a2a.jsonrpc.RpcError`): the status named in its row of
-  :data:`gateway.a2a.jsonrpc.ERROR_TABLE` (the same ``google.rpc.Code`` the HTTP+JSON
-  binding sends), its message, and the same details as the JSON-RPC ``data``: the
-  ErrorInfo (domain ``a2a-protocol.org``) first;
+* an A2A error (:class:`gateway.a2a.jsonrpc.RpcError`), the door's own or an upstream's
+  passed through: the status named in its row of :data:`gateway.a2a.jsonrpc.ERROR_TABLE`
+  (the same ``google.rpc.Code`` the HTTP+JSON binding sends), its message, and the
+  details the HTTP+JSON binding sends (:meth:`gateway.a2a.jsonrpc.RpcError.wire_error`):
+  always an ErrorInfo first (domain ``a2a-protocol.org`` for A2A's rows), the row's
+  where the error carries none (an A2A 0.3 upstream's), so a client maps every error
+  to its type by the ErrorInfo's reason;
 * a refusal of DoorAuth (:class:`gateway.auth.refusals.Refused`): ``401`` is
   ``UNAUTHENTICATED``, ``403`` ``PERMISSION_DENIED``, ``429`` ``RESOURCE_EXHAUSTED`` (with
   a RetryInfo), the message of its row of :data:`gateway.auth.refusals.REFUSALS`, and an
   ErrorInfo whose reason is the refusal's code in capitals (``INSUFFICIENT_SCOPE``), in
-  the door's own domain.
+  the door's own domain (and a call that reached a method undecided, which a server
+  built without the interceptor would let through, :func:`undecided_status`, the same).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from gateway.a2a.jsonrpc import ERROR_INFO_TYPE, MURMUR_DOMAIN, RETRY_INFO_TYPE,
 from gateway.auth.refusals import REFUSALS, Refused
 from gateway.grpc.messages import POOL, message_class
 
-__all__ = ["GrpcStatus", "refusal_status", "rpc_error_status"]
+__all__ = ["GrpcStatus", "refusal_status", "rpc_error_status", "undecided_status"]
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 _STATUS = message_class("google.rpc.Status")
@@ -45,12 +49,21 @@ class GrpcStatus:
 
 
 def rpc_error_status(error: RpcError) -> GrpcStatus:
-    """An A2A error as its gRPC status (see the module text)."""
-    document = error.error_object()
-    code = grpc.StatusCode[error.wire_spec(document).status]   # an upstream's by its code
-    details = [detail for detail in document.get("data") or ()
-               if isinstance(detail, dict) and "@type" in detail]
-    return _status(code, str(document["message"]), details)
+    """An A2A error as its gRPC status (see the module text): the row, message and
+    details the HTTP+JSON binding sends (:meth:`RpcError.wire_error`; an upstream's
+    error by its code, its ErrorInfo its own or its row's)."""
+    spec, message, details = error.wire_error()
+    return _status(grpc.StatusCode[spec.status], message, details)
+
+
+def undecided_status() -> GrpcStatus:
+    """The status of a call that reached a method without DoorAuth's decision (a server
+    built without the interceptor): ``UNAUTHENTICATED`` with the ErrorInfo
+    ``UNAUTHENTICATED`` of the door's domain, as every gRPC error carries one."""
+    return _status(grpc.StatusCode.UNAUTHENTICATED,
+                   "This door decides every call before it serves it.",
+                   [{"@type": ERROR_INFO_TYPE, "reason": "UNAUTHENTICATED",
+                     "domain": MURMUR_DOMAIN, "metadata": {}}])
 
 
 def refusal_status(refused: Refused) -> GrpcStatus:
@@ -74,7 +87,9 @@ def _status(code: grpc.StatusCode, message: str, details: list[dict[str, Any]]) 
         json_format.ParseDict({"code": number, "message": message, "details": details},
                               status, descriptor_pool=POOL)
     except json_format.ParseError:
-        # A detail of a type the pool does not hold: the ErrorInfo alone still says why.
+        # A detail of a type the pool does not hold (or an upstream's malformed one): the
+        # ErrorInfo alone, first and well formed (gateway.a2a.jsonrpc.wire_details),
+        # still says why.
         status = _STATUS()
         json_format.ParseDict({"code": number, "message": message, "details": details[:1]},
                               status, descriptor_pool=POOL)

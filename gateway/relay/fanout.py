@@ -6,7 +6,9 @@ door's own calls needed. So a :class:`Fanout` holds the one upstream stream of a
 copies each event to every subscriber, in this order:
 
 1. the first subscriber's request opens the upstream stream (a refusal is its own
-   answer); it reads every event from the first, the Task itself;
+   answer); it reads every event from the first, the Task itself, or where the
+   upstream's first event is not a Task (an A2A 0.3 upstream's update), the Task its
+   ``opening`` makes of it first (:mod:`gateway.relay.opening`);
 2. a later subscriber is given the task as the door reads it now (one ``GetTask``, its
    first event, as the specification has a subscription begin), then every event
    after it joined;
@@ -28,6 +30,7 @@ from typing import Any, Final
 BACKLOG: Final = 256
 
 _END: Final = object()
+_NOTHING: Final = object()
 
 
 class _Subscriber:
@@ -35,12 +38,16 @@ class _Subscriber:
     fan-out, whether or not it was ever read (a stream whose client went away before its
     first event is never read)."""
 
-    __slots__ = ("queue", "_fanout", "_first", "_left")
+    __slots__ = ("queue", "_fanout", "_first", "_opening", "_held", "_left")
 
-    def __init__(self, fanout: Fanout, first: Callable[[], Awaitable[Any]] | None) -> None:
+    def __init__(self, fanout: Fanout, first: Callable[[], Awaitable[Any]] | None,
+                 opening: Callable[[Any], Any] | None) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self._fanout = fanout
         self._first = first
+        self._opening = opening
+        #: The upstream's first event, held while the Task made of it goes first.
+        self._held: Any = _NOTHING
         self._left = False
 
     def __aiter__(self) -> _Subscriber:
@@ -49,6 +56,9 @@ class _Subscriber:
     async def __anext__(self) -> Any:
         if self._left:
             raise StopAsyncIteration
+        if self._held is not _NOTHING:
+            item, self._held = self._held, _NOTHING
+            return item
         try:
             if self._first is not None:
                 first, self._first = self._first, None
@@ -63,6 +73,12 @@ class _Subscriber:
         if item is _END:
             await self.aclose()
             raise StopAsyncIteration
+        if self._opening is not None:
+            opening, self._opening = self._opening, None
+            task = opening(item)
+            if task is not None:
+                self._held = item
+                return task
         return item
 
     async def aclose(self) -> None:
@@ -87,10 +103,13 @@ class Fanout:
     def __len__(self) -> int:
         return len(self._subscribers)
 
-    def join(self, first: Callable[[], Awaitable[Any]] | None = None) -> AsyncIterator[Any]:
+    def join(self, first: Callable[[], Awaitable[Any]] | None = None, *,
+             opening: Callable[[Any], Any] | None = None) -> AsyncIterator[Any]:
         """A subscriber's events: from the upstream's first (``first`` None: the
-        subscriber that opened it), else ``first()``'s event, then what follows."""
-        subscriber = _Subscriber(self, first)
+        subscriber that opened it), else ``first()``'s event, then what follows.
+        ``opening``: given the first event read from the upstream, the event to send
+        before it, or None."""
+        subscriber = _Subscriber(self, first, opening)
         self._subscribers.add(subscriber)
         if self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(

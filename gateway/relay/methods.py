@@ -5,9 +5,10 @@ upstream client, with what the door knows kept by :class:`gateway.relay.tasks.Re
 In this order (the relay's steps 2-6, as :mod:`gateway.relay.tasks` numbers them):
 SendMessage and SendStreamingMessage (a message whose parts the upstream's card does not
 accept refused before anything is forwarded, then a follow-up of an owned task, or a new
-task through the gate, with its span), the stream observed event by event; GetTask and
-CancelTask (ownership first); SubscribeToTask (a task that has ended answered by the door
-itself, else one upstream subscription per task, shared: :mod:`gateway.relay.fanout`);
+task through the gate, with its span), the stream observed event by event and begun
+with the Task (:mod:`gateway.relay.opening`); GetTask and CancelTask (ownership first);
+SubscribeToTask (a task that has ended answered by the door itself, else one upstream
+subscription per task, shared: :mod:`gateway.relay.fanout`, begun with the Task too);
 ListTasks (the door's own list, each page's tasks read fresh from the upstream). Last,
 the history of an answered task is kept within the caller's ``historyLength``, whatever
 the upstream did with it.
@@ -30,6 +31,7 @@ from gateway.protocol import TERMINAL_STATES
 from gateway.relay.client import UpstreamClient, UpstreamError
 from gateway.relay.fanout import Fanout
 from gateway.relay.known import TASK_NOT_FOUND, Claim, KnownTask, task_id_of
+from gateway.relay.opening import opening_task
 from gateway.trace.bus import TraceBus
 
 if TYPE_CHECKING:  # RelayTasks builds these methods over itself
@@ -74,7 +76,7 @@ class RelayMethods(A2AMethods):
         new = self._check_send(params, caller)
         if not new:
             return self._observed(await self._client.stream("SendStreamingMessage", params),
-                                  Claim(caller, starts=False))
+                                  Claim(caller, starts=False), params)
         self._tasks.admit()
         try:
             events = await self._client.stream("SendStreamingMessage", params,
@@ -83,18 +85,27 @@ class RelayMethods(A2AMethods):
             self._tasks.drop_new_task_span()
             self._tasks.release()
             raise
-        return self._observed(events, Claim(caller, starts=True), holding=True)
+        return self._observed(events, Claim(caller, starts=True), params, holding=True)
 
-    async def _observed(self, events: AsyncIterator[Any], claim: Claim | None, *,
+    async def _observed(self, events: AsyncIterator[Any], claim: Claim | None,
+                        params: dict[str, Any], *,
                         holding: bool = False) -> AsyncIterator[Any]:
         """``events`` as they come, each observed first; a place taken at the gate is
-        given back once the first event has named the task (or the stream ends)."""
+        given back once the first event has named the task (or the stream ends). A
+        first event that is not the Task (an A2A 0.3 upstream's status update) is
+        preceded by the Task (:func:`gateway.relay.opening.opening_task`)."""
+        first = True
         try:
             async for event in events:
                 self._tasks.observe_event(event, claim)
-                if holding:
-                    holding = False
-                    self._tasks.release()
+                if first:
+                    first = False
+                    if holding:
+                        holding = False
+                        self._tasks.release()
+                    opening = self._opening(event, params)
+                    if opening is not None:
+                        yield opening
                 yield event
         finally:
             self._tasks.drop_new_task_span()
@@ -104,6 +115,14 @@ class RelayMethods(A2AMethods):
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
+
+    def _opening(self, event: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The Task a send stream begins with when its first event, ``event``, is an
+        update (None for a Task or a Message, as nearly every upstream sends)."""
+        configuration = params.get("configuration")
+        return opening_task(event, self._tasks.known, message=params.get("message"),
+                            history_length=configuration.get("historyLength")
+                            if isinstance(configuration, dict) else None)
 
     def _check_send(self, params: dict[str, Any], caller: Caller) -> bool:
         """Validate a SendMessage; whether it starts a new task (a follow-up's task
@@ -136,8 +155,9 @@ class RelayMethods(A2AMethods):
         task_id = task_id_of(params)
         known = self._tasks.reach(task_id, caller)
         fanout = self._fanouts.get(task_id)
+        seen: Any = None
         if fanout is None or fanout.closed:
-            await self._refuse_ended(task_id, known)
+            seen = await self._refuse_ended(task_id, known)
             fanout = self._fanouts.get(task_id)  # another subscriber's, opened meanwhile
         if fanout is not None and not fanout.closed:
             async def now() -> dict[str, Any]:
@@ -148,16 +168,21 @@ class RelayMethods(A2AMethods):
         fanout = Fanout(upstream, on_event=lambda event: self._tasks.observe_event(event, None),
                         on_close=lambda closed: self._forget_fanout(task_id, closed))
         self._fanouts[task_id] = fanout
-        return fanout.join()
+        # The upstream's first event is this subscriber's first: a Task, or (an A2A 0.3
+        # upstream's update) preceded by one made from it and the Task read just now.
+        return fanout.join(opening=lambda event: opening_task(event, self._tasks.known,
+                                                              seen=seen))
 
-    async def _refuse_ended(self, task_id: str, known: KnownTask | None) -> None:
+    async def _refuse_ended(self, task_id: str, known: KnownTask | None) -> Any:
         """A task that has ended is not subscribed to upstream: A2A answers that with
         ``-32004``, and an a2a-sdk upstream logs a warning for each, so every call that
         ended before its caller subscribed (call_member's usual case) would print one.
         The door answers it as a local door does, from the state it saw or one GetTask
         (a task ending between that GetTask and the subscription still reaches the
-        upstream, which answers it the same way)."""
+        upstream, which answers it the same way). Returns the Task that GetTask read,
+        if any."""
         state = known.state if known is not None else None
+        task: Any = None
         if state not in TERMINAL_STATES:
             task = await self._client.call("GetTask", {"id": task_id})
             if known is not None:
@@ -167,6 +192,7 @@ class RelayMethods(A2AMethods):
         if state in TERMINAL_STATES:
             raise RpcError("UNSUPPORTED_OPERATION",
                            f"the task has ended ({state}); read it with GetTask")
+        return task
 
     def _forget_fanout(self, task_id: str, fanout: Fanout) -> None:
         if self._fanouts.get(task_id) is fanout:

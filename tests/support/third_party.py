@@ -1,11 +1,13 @@
 """Helpers for the third-party A2A test agents (no tests here): where the agents are, the
-argv that starts each, the skip when Node or its packages are missing, and a context
-manager that starts an agent on a free 127.0.0.1 port, waits for its card and reads its
-stderr log (the request lines and the environment-names line)."""
+argv that starts each, the skip when Node or its packages (or a Python with a2a-sdk 0.3)
+are missing, and a context manager that starts an agent on a free 127.0.0.1 port, waits
+for its card and reads its stderr log (the request lines and the environment-names
+line)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -24,6 +26,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS_DIR = ROOT / "tests" / "agents"
 SDK_AGENT = AGENTS_DIR / "sdk_agent.py"
+#: The a2a-sdk 0.3 agent that answers as BeeAI does; run by :func:`v03_python`.
+SDK_V03_AGENT = AGENTS_DIR / "sdk_v03_agent.py"
+#: Where ``make frameworks`` makes each framework's venv (tests/frameworks reads it too),
+#: and those of them that hold a2a-sdk 0.3 with its HTTP server, first the smallest.
+FRAMEWORK_VENVS = Path(os.environ.get("MURMUR_FRAMEWORK_VENVS",
+                                      Path.home() / ".cache" / "murmur-door" / "frameworks"))
+V03_VENVS = ("adk_v03", "strands", "crewai")
+#: The a2a-sdk agent whose reply is only in its task's history (agent-framework-a2a's way).
+HISTORY_AGENT = AGENTS_DIR / "history_agent.py"
 JS_AGENT_DIR = AGENTS_DIR / "js"
 JS_AGENT = JS_AGENT_DIR / "server.mjs"
 JS_SDK_PACKAGE = JS_AGENT_DIR / "node_modules" / "@a2a-js" / "sdk" / "package.json"
@@ -73,6 +84,17 @@ def require_node_grpc() -> None:
     if missing:
         pytest.skip(f"{', '.join(missing)} missing from {JS_AGENT_DIR / 'node_modules'}: "
                     "run `make js-agents` (@a2a-js/sdk's gRPC client needs them)")
+
+
+def v03_python() -> Path:
+    """A Python with a2a-sdk 0.3 and its HTTP server: a framework venv that pins it
+    (``make frameworks`` makes them); skips the calling test, saying so, when none is."""
+    for name in V03_VENVS:
+        python = FRAMEWORK_VENVS / name / "bin" / "python"
+        if (FRAMEWORK_VENVS / name / ".installed").exists() and python.exists():
+            return python
+    pytest.skip(f"no venv with a2a-sdk 0.3 under {FRAMEWORK_VENVS} ({', '.join(V03_VENVS)}): "
+                "`make frameworks` makes them")
 
 
 def free_port() -> int:
