@@ -83,7 +83,7 @@ $(LITELLM_STAMP): $(LITELLM_PIN)
 # tests run them confined from there (docs/frameworks/). Cached between runs; a venv is
 # remade when its requirements change. One that cannot be installed is said, and its
 # tests skip saying so.
-FRAMEWORKS := pydantic_ai adk adk_v03 strands crewai
+FRAMEWORKS := pydantic_ai adk adk_v03 strands crewai maf beeai
 FRAMEWORK_VENVS ?= $(HOME)/.cache/murmur-door/frameworks
 
 frameworks:

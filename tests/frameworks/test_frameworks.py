@@ -6,7 +6,13 @@ virtual environment of its own outside the checkout and every path the sandbox g
 - alone, as a formation's entry member, answering ``mur run --roster --task``;
 - called by a ``python`` member of ours through the formation proxy;
 - streamed to an A2A 1.0 client (a2a-sdk's) at the door, which speaks A2A 0.3 to the
-  0.3 frameworks (strands-agents, crewai, google-adk on a2a-sdk 0.3) and 1.0 to the rest.
+  0.3 frameworks (strands-agents, crewai, BeeAI, google-adk on a2a-sdk 0.3) and 1.0 to
+  the rest.
+
+Microsoft Agent Framework runs in both of its executor's modes, from one venv:
+``maf`` (``A2AExecutor(stream=False)``, its default: the answer is a WORKING status
+message, and the task completes with none, so the answer is read from its history) and
+``maf_stream`` (``stream=True``: the answer as artifact chunks).
 
 Run by ``make test-frameworks`` (``.ci/run`` runs it); a framework whose venv is missing
 skips, naming the target that makes it.
@@ -62,14 +68,22 @@ class Framework:
     agent_extra: str = ""
     #: The folder of its server.py, when another's (its own holds requirements.txt only).
     server_of: str = ""
+    #: The name of its venv, when another's (the same framework in another mode).
+    venv_of: str = ""
+    #: What its server is started with after ``--port {port} --name agent``.
+    server_args: tuple[str, ...] = ()
+
+    @property
+    def venv(self) -> Path:
+        return VENVS / (self.venv_of or self.name)
 
     @property
     def python(self) -> Path:
-        return VENVS / self.name / "bin" / "python"
+        return self.venv / "bin" / "python"
 
     def require(self) -> None:
-        if not (VENVS / self.name / ".installed").exists():
-            pytest.skip(f"{self.name}'s venv is not installed under {VENVS} "
+        if not (self.venv / ".installed").exists():
+            pytest.skip(f"{self.venv.name}'s venv is not installed under {VENVS} "
                         "(make frameworks makes it)")
 
 
@@ -78,7 +92,12 @@ FRAMEWORKS = [Framework("pydantic_ai", "1.0",
                         "  input_modes: [text/plain, application/json]"),
               Framework("adk", "1.0"),
               Framework("adk_v03", "0.3", server_of="adk"), Framework("strands", "0.3"),
-              Framework("crewai", "0.3")]
+              Framework("crewai", "0.3"),
+              # A2AExecutor(stream=False): the answer is in the task's history only
+              Framework("maf", "1.0"),
+              Framework("maf_stream", "1.0", server_of="maf", venv_of="maf",
+                        server_args=("--stream",)),
+              Framework("beeai", "0.3")]
 CALLER_AGENT = """
 async def run(task):
     answer = await (await task.call_member("agent", task.text))
@@ -98,7 +117,7 @@ def project_of(tmp_path: Path, framework: Framework, *, with_caller: bool) -> Pa
     (and, ``with_caller``, a ``python`` entry member ``caller`` that calls it)."""
     source = gateway_capsule(tmp_path / "src" / "agent", "agent",
                              [str(framework.python), "server.py", "--port", "{port}",
-                              "--name", "agent"])
+                              "--name", "agent", *framework.server_args])
     shutil.copy(AGENTS / (framework.server_of or framework.name) / "server.py",
                 source / "server.py")
     if framework.agent_extra:
