@@ -2,7 +2,9 @@
 of a gateway member in front of a real a2a-sdk 0.3 server (``tests/agents/sdk_v03_agent.py``,
 answering as BeeAI's does, run from a venv with a2a-sdk 0.3: tests/support/third_party.py
 ``v03_python``; without one the tests skip, naming ``make frameworks``), called with
-a2a-sdk 1.x's clients.
+a2a-sdk 1.x's clients. Here, beside the framework agents, because ``make test-frameworks``
+makes those venvs first; the same findings run in process in ``make test``
+(tests/gateway/grpc/test_grpc_error_info.py, tests/gateway/relay/).
 
 In order, each named after its finding:
 
@@ -85,13 +87,19 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
     gateway_capsule(source, NAME, [str(python), "sdk_v03_agent.py", "--port", "{port}",
                                    "--name", NAME])
     install_capsule(project.path, source)
+    member: Member | None = None
     try:
-        member: Member = project.run(NAME)
+        member = project.run(NAME)
         token = member.token
         card = httpx.get(member.door + "/.well-known/agent-card.json", trust_env=False,
                          headers={"Authorization": f"Bearer {token}"}, timeout=10.0).json()
         yield Door(member.door, str(member.ready["grpc_url"]), token, card)
     finally:
+        # Ended, not killed: a standalone member killed with SIGKILL has nobody above it
+        # to end its upstream, which runs in a session of its own (docs/isolation.md).
+        if member is not None and member.process.poll() is None:
+            member.signal()
+            member.wait()
         project.cleanup()
 
 
