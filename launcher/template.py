@@ -84,7 +84,11 @@ def main(fd: int) -> int:
 def _warm() -> None:
     """Import what every member runtime imports (and keep mur off the current
     directory's modules, as ``launcher.cli.main`` does for a program)."""
-    import gateway.grpc.server  # noqa: F401 - every door serves gRPC: grpcio, protobuf
+    # Every door serves gRPC where the grpc extra is installed (grpcio, protobuf); a
+    # runtime installed without it (`make demo`'s) serves the other two bindings, and its
+    # template must not fail, and print a traceback, for want of it (docs/grpc.md).
+    with contextlib.suppress(ImportError):
+        import gateway.grpc.server  # noqa: F401
     import launcher.cli
     import launcher.commands.running
     import launcher.home.task_db  # noqa: F401 - sqlite3, at a member's first task
