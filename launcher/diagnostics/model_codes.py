@@ -54,9 +54,11 @@ MODEL_CODES: tuple[CodeEntry, ...] = (
     CodeEntry(
         "E-RUN-061", "error",
         "The model endpoint answered with an error",
-        "{member}: the model endpoint at {host} answered {status}: {detail}",
-        "check inference.model and the endpoint's settings; a 429 or 5xx that lasts past "
-        "the retries means the endpoint is overloaded or down",
+        "{member}: the model endpoint at {host} answered {status} to POST {url}: {detail}",
+        "check inference.base_url (the endpoint's base URL, often ending in /v1: a 404 or "
+        "an answer that is not a chat completion means another server answered) and "
+        "inference.model; a 429 or 5xx that lasts past the retries means the endpoint is "
+        "overloaded or down",
         "The endpoint answered an error other than a refused key, or a `429` or `5xx` that "
         "persisted through the retries (with backoff, within the task's deadline), or an "
         "answer that is not a chat completion.",

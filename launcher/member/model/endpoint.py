@@ -294,7 +294,8 @@ class ChatEndpoint:
 
     def _error(self, status: int, detail: str) -> ModelError:
         return ModelError("E-RUN-061", "inference.base_url", member=self._member,
-                          host=self.host, status=status, detail=_clean(detail))
+                          host=self.host, status=status, detail=_clean(detail),
+                          url=f"{self.url}/chat/completions")
 
 
 # --- reading answers ----------------------------------------------------------------------

@@ -154,6 +154,18 @@ class CommandTools:
         return ToolOutcome(_bounded(out.decode("utf-8", "replace")), "ok", seconds)
 
 
+def _placed(member: str, handle: Any) -> str:
+    """What the model reads of a placed call: never an id the call does not have (a busy
+    member's call is offered again until it takes it; a member may answer at once)."""
+    if getattr(handle, "state", "") == "offering":
+        where = f"{member} is busy: the task is offered to it again until it takes it"
+    elif handle.task_id is None:
+        where = f"{member} answered at once"
+    else:
+        where = f"{member} holds the task (id {handle.task_id})"
+    return where + "; its answer arrives at the start of your next turn."
+
+
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
@@ -212,9 +224,7 @@ class Toolbox:
         except Exception as failure:  # noqa: BLE001 - CallFailed and its kin: the model reads it
             return ToolOutcome(str(failure), "refused", time.monotonic() - started)
         self.started += 1
-        return ToolOutcome(f"{member} holds the task (id {handle.task_id}); its answer "
-                           "arrives at the start of your next turn.", "ok",
-                           time.monotonic() - started)
+        return ToolOutcome(_placed(member, handle), "ok", time.monotonic() - started)
 
     async def _delegate(self, arguments: dict[str, Any]) -> ToolOutcome:
         capsule, text = str(arguments.get("capsule", "")), str(arguments.get("task", ""))

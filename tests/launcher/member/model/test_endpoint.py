@@ -177,6 +177,21 @@ async def test_a_4xx_other_than_429_is_not_retried(
     assert len(fake.requests) == 1 and pauses == []
 
 
+async def test_a_base_url_that_reaches_another_http_server_names_the_url_and_base_url(
+        pauses: Pauses) -> None:
+    """A web server that is not the endpoint (a wrong port, a base URL without /v1)."""
+    def other_server(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, headers={"Content-Type": "text/html"},
+                              text="<html><body>Not Found</body></html>")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(other_server)) as client:
+        failed = await failure(endpoint("http://127.0.0.1:8080", client, pauses))
+    assert failed.code == "E-RUN-061"
+    assert "answered 404 to POST http://127.0.0.1:8080/chat/completions" in \
+        failed.diagnostic.message
+    assert "check inference.base_url" in failed.diagnostic.hint, failed.diagnostic
+
+
 # --- the key ------------------------------------------------------------------------------
 
 
