@@ -5,14 +5,17 @@ In order: parsing (:func:`register`); how a formation member's door is found (it
 session, :func:`member_door`); one operator-only call at a door
 (:func:`operator_call`); then the three commands. A call along an approved edge waits at
 the callee's door in ``TASK_STATE_AUTH_REQUIRED``; ``mur approvals <frm>`` lists every
-such task across the formation, ``mur approve <frm> <member> <task-id>`` lets one run and
-``mur deny ... --reason TEXT`` rejects it. Nothing here prints a token.
+such task across the formation (without ``<frm>``, the one running), ``mur approve <frm>
+<member> <task-id>`` lets one run (a unique start of the task id will do: it is made
+whole from the tasks waiting there) and ``mur deny ... --reason TEXT`` rejects it.
+Nothing here prints a token.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,13 @@ def register(subparsers: Any) -> None:
         description="Every task waiting for the operator's approval across formation FRM: "
                     "the member it waits at, its caller, the head of its text and how "
                     "long it has waited.")
-    listing.add_argument("formation", metavar="FRM", help="a running formation's id (frm_...)")
+    listing.add_argument("formation", metavar="FRM", nargs="?",
+                         help="a running formation's id (frm_...; a unique prefix will do); "
+                              "without it, the one formation running (or the one running "
+                              "in --project)")
+    listing.add_argument("--project", type=Path, default=Path("."), metavar="DIR",
+                         help="where to look for the one formation when FRM is not given "
+                              "and several run (default: the current directory)")
     listing.add_argument("--json", action="store_true",
                          help="print one JSON object: {formation_id, approvals: [...]}")
     listing.set_defaults(handler=_approvals)
@@ -54,7 +63,8 @@ def register(subparsers: Any) -> None:
 def _target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("formation", metavar="FRM", help="a running formation's id (frm_...)")
     parser.add_argument("member", metavar="MEMBER", help="the member the task waits at")
-    parser.add_argument("task_id", metavar="TASK_ID", help="the task's id (mur approvals)")
+    parser.add_argument("task_id", metavar="TASK_ID",
+                        help="the task's id, or a unique start of it (mur approvals)")
     parser.add_argument("--json", action="store_true", help="print the task as JSON")
 
 
@@ -127,7 +137,11 @@ def _decide(args: argparse.Namespace, command: str, method: str,
     record = member_door(fail, args.formation, args.member)
     if isinstance(record, int):
         return record
-    shown = escape_control(args.task_id[:80])
+    task_id = _whole_task_id(fail, record, args.task_id, args.formation)
+    if isinstance(task_id, int):
+        return task_id
+    params["id"] = task_id
+    shown = escape_control(task_id[:80])
     try:
         answer = operator_call(record, method, params)
     except (httpx.HTTPError, OSError) as exc:
@@ -151,10 +165,56 @@ def _decide(args: argparse.Namespace, command: str, method: str,
     return 0
 
 
+def _whole_task_id(fail: Fail, record: RunningRecord, given: str,
+                   formation: str) -> str | int:
+    """``given`` made whole from the tasks waiting at ``record``'s door when it starts
+    exactly one of them (a whole id is sent as it is: the door answers for it)."""
+    import httpx
+
+    try:
+        answer = operator_call(record, "murmur.ListApprovals", {})
+    except (httpx.HTTPError, OSError):
+        return given
+    result = answer.get("result") if isinstance(answer, dict) else None
+    rows = result.get("approvals") if isinstance(result, dict) else None
+    waiting = [str(row.get("taskId")) for row in rows or () if isinstance(row, dict)]
+    if given in waiting:
+        return given
+    found = [task_id for task_id in waiting if task_id.startswith(given)]
+    if len(found) > 1:
+        return fail(f"`{escape_control(given[:80])}` starts {len(found)} tasks waiting at "
+                    f"member {record.member} ({', '.join(found)}): give more of the id")
+    return found[0] if found else given
+
+
+def _one_formation(fail: Fail, project: Path) -> str | int:
+    """The one formation running, else the one running in ``project``."""
+    live = live_records(fail)
+    if live is None:
+        return 1
+    running = sorted(r.id for r in live if r.kind == "launcher")
+    if len(running) == 1:
+        return running[0]
+    here = os.path.realpath(project)
+    mine = sorted(r.id for r in live if r.kind == "launcher" and r.project_dir is not None
+                  and os.path.realpath(r.project_dir) == here)
+    if len(mine) == 1:
+        return mine[0]
+    if not running:
+        return fail("no formation runs; `mur ps` lists what runs")
+    return fail(f"{len(running)} formations run ({', '.join(running)}); name one "
+                "(a unique prefix will do), or run this in its project folder")
+
+
 def _approvals(args: argparse.Namespace) -> int:
     import httpx
 
     fail = failer("approvals", args)
+    if args.formation is None:
+        found = _one_formation(fail, args.project)
+        if isinstance(found, int):
+            return found
+        args.formation = found
     sessions = formation_sessions(fail, args.formation)
     if isinstance(sessions, int):
         return sessions

@@ -361,6 +361,23 @@ def test_an_approved_call_waits_in_auth_required_until_mur_approve(
     assert decided["detail"].startswith("by operator after ") and decided["ts"]
 
 
+def test_mur_approvals_finds_the_one_formation_and_approve_takes_a_unique_start_of_the_id(
+        tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
+    process, formation_id, row, env = one_call_waiting(tmp_path, murmur_home, launched)
+    task_id = str(row["taskId"])
+    listed = mur("approvals", "--json", env=env)      # no id: the one formation running
+    assert listed.returncode == 0, listed.stderr
+    assert [r["taskId"] for r in json.loads(listed.stdout)["approvals"]] == [task_id]
+    # Time-ordered ids of one moment share their first digits: the start given here is
+    # whatever is unique among what waits at the member, the whole id sent to its door.
+    approved = mur("approve", formation_id[:12], "deployer", task_id[:20], env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert f"approved task {task_id} at member deployer" in approved.stdout
+    code, out, err = finish(process)
+    assert code == 0, err
+    assert json.loads(out.splitlines()[0]) == ["deployer: call 0"]
+
+
 def test_mur_deny_rejects_the_call_with_the_reason(
         tmp_path: Path, murmur_home: Path, launched: list[subprocess.Popen[bytes]]) -> None:
     process, formation_id, row, env = one_call_waiting(tmp_path, murmur_home, launched)
